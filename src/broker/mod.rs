@@ -1,0 +1,1 @@
+//! The capability broker of one invocation (CONTRACT §4).

@@ -1,0 +1,10 @@
+//! Row kinds (CONTRACT §7).
+
+pub const INVOKED_STARTED: &str = "skill.invoked_started";
+pub const TOOL_CALL_STARTED: &str = "skill.tool_call_started";
+pub const TOOL_CALL_COMPLETED: &str = "skill.tool_call_completed";
+pub const TOOL_DENIED: &str = "skill.tool_denied";
+pub const TIMEOUT: &str = "skill.timeout";
+pub const NO_CONNECT: &str = "skill.no_connect";
+pub const INVOKED_COMPLETED: &str = "skill.invoked_completed";
+pub const MEMORY_EMITTED: &str = "memory.emitted";

@@ -1,0 +1,1 @@
+//! The sandbox (CONTRACT §6).

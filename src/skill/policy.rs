@@ -1,0 +1,204 @@
+//! The enforcer: a skill's frontmatter compiled once per invocation into the checks of CONTRACT §4
+//! (tool allow/deny lists, memory-path, file-path and domain globs). Default deny everywhere: an
+//! empty list allows nothing. This module decides; it never touches the filesystem or network.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+use crate::skill::manifest::Manifest;
+use crate::tools::ToolName;
+
+/// Why a tool name was refused (`data.reason` of `tool_not_allowed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolDenial {
+    InDisallowedTools,
+    NotInAllowedTools,
+    UnknownTool,
+}
+
+impl ToolDenial {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::InDisallowedTools => "tool_in_disallowed_tools",
+            Self::NotInAllowedTools => "tool_not_in_allowed_tools",
+            Self::UnknownTool => "unknown_tool",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("failed to compile {field}[{index}] {pattern:?}: {source}")]
+pub struct GlobError {
+    pub field: &'static str,
+    pub index: usize,
+    pub pattern: String,
+    #[source]
+    pub source: globset::Error,
+}
+
+/// The compiled policy of one skill.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    skill_id: String,
+    allowed: BTreeSet<ToolName>,
+    disallowed: BTreeSet<ToolName>,
+    memory: GlobSet,
+    files: GlobSet,
+    domains: GlobSet,
+    file_roots: Vec<PathBuf>,
+}
+
+/// Compiles one glob the way every check uses it: `*` stays within a path segment, `**` crosses.
+pub fn compile_glob(pattern: &str) -> Result<globset::Glob, globset::Error> {
+    GlobBuilder::new(pattern).literal_separator(true).backslash_escape(true).build()
+}
+
+fn compile_set(field: &'static str, patterns: &[String]) -> Result<GlobSet, GlobError> {
+    let mut builder = GlobSetBuilder::new();
+    for (index, pattern) in patterns.iter().enumerate() {
+        let glob = compile_glob(pattern).map_err(|source| GlobError {
+            field,
+            index,
+            pattern: pattern.clone(),
+            source,
+        })?;
+        builder.add(glob);
+    }
+    builder.build().map_err(|source| GlobError {
+        field,
+        index: 0,
+        pattern: String::new(),
+        source,
+    })
+}
+
+impl Policy {
+    pub fn from_manifest(manifest: &Manifest) -> Result<Self, GlobError> {
+        // Domain globs match the lowercased host without a trailing dot; `*` then spans any
+        // number of labels (hosts contain no `/`), and `*.example.com` never matches the apex.
+        let domains: Vec<String> =
+            manifest.allowed_domains.iter().map(|d| d.trim_end_matches('.').to_ascii_lowercase()).collect();
+        Ok(Self {
+            skill_id: manifest.id.clone(),
+            allowed: manifest.allowed_tools.iter().copied().collect(),
+            disallowed: manifest.disallowed_tools.iter().copied().collect(),
+            memory: compile_set("allowed_memory_scopes", &manifest.allowed_memory_scopes)?,
+            files: compile_set("x-allowed-files", &manifest.allowed_files)?,
+            domains: compile_set("x-allowed-domains", &domains)?,
+            file_roots: manifest.allowed_files.iter().map(|p| literal_prefix(p)).collect(),
+        })
+    }
+
+    pub fn skill_id(&self) -> &str {
+        &self.skill_id
+    }
+
+    /// The first three steps of enforcement: disallowed → allowed → registry.
+    pub fn check_tool(&self, name: &str) -> Result<ToolName, ToolDenial> {
+        let known = ToolName::parse(name);
+        if let Some(tool) = known {
+            if self.disallowed.contains(&tool) {
+                return Err(ToolDenial::InDisallowedTools);
+            }
+        }
+        match known {
+            Some(tool) if self.allowed.contains(&tool) => Ok(tool),
+            Some(_) => Err(ToolDenial::NotInAllowedTools),
+            // An unknown name can be in neither list: schema validation rejects it there.
+            None => Err(ToolDenial::NotInAllowedTools),
+        }
+    }
+
+    /// The tools this skill may call, in registry order.
+    pub fn callable_tools(&self) -> impl Iterator<Item = ToolName> + '_ {
+        ToolName::ALL.into_iter().filter(|t| self.allowed.contains(t) && !self.disallowed.contains(t))
+    }
+
+    /// Is this canonical memory path (see [`canonical_memory_path`]) in scope?
+    pub fn memory_allowed(&self, canonical: &str) -> bool {
+        self.memory.is_match(canonical)
+    }
+
+    /// Is this canonical absolute file path allowed by `x-allowed-files`?
+    pub fn file_allowed(&self, canonical: &Path) -> bool {
+        self.files.is_match(canonical)
+    }
+
+    /// Is this host allowed by `x-allowed-domains`? The host is lowercased and a trailing dot
+    /// dropped first, so `API.Example.COM.` is `api.example.com`.
+    pub fn domain_allowed(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        !host.is_empty() && self.domains.is_match(&host)
+    }
+
+    /// Does any file glob possibly match something under `dir`? Used to refuse a Glob/Grep root
+    /// outside every allowed tree.
+    pub fn file_tree_allowed(&self, dir: &Path) -> bool {
+        self.file_roots().iter().any(|root| root.starts_with(dir) || dir.starts_with(root))
+    }
+
+    /// The literal directory prefix of every file glob (the directories before the first segment
+    /// holding a glob meta character).
+    pub fn file_roots(&self) -> &[PathBuf] {
+        &self.file_roots
+    }
+}
+
+/// `/srv/data/**/*.md` → `/srv/data`; `/tmp/x.txt` → `/tmp/x.txt`.
+fn literal_prefix(pattern: &str) -> PathBuf {
+    let mut prefix = PathBuf::from("/");
+    for segment in pattern.split('/').filter(|s| !s.is_empty()) {
+        if segment.contains(['*', '?', '[', ']', '{', '}', '\\']) {
+            break;
+        }
+        prefix.push(segment);
+    }
+    prefix
+}
+
+/// Canonicalises a memory path (CONTRACT §5): `/`-separated and relative; empty and `.` segments
+/// dropped, `..` pops (never above the root). NUL is invalid, as is a path that ends up empty.
+pub fn canonical_memory_path(path: &str) -> Result<String, String> {
+    if path.contains('\0') {
+        return Err("memory path contains NUL".to_owned());
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
+    if parts.is_empty() {
+        return Err(format!("memory path {path:?} names the memory root itself"));
+    }
+    Ok(parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_paths_canonicalise_without_escaping_the_root() {
+        assert_eq!(
+            canonical_memory_path("memories/projects/cyberos/../people/y.md").unwrap(),
+            "memories/projects/people/y.md"
+        );
+        assert_eq!(canonical_memory_path("/./a//b/../../../../c").unwrap(), "c");
+        assert!(canonical_memory_path("a/\0b").is_err());
+        assert!(canonical_memory_path("a/..").is_err());
+    }
+
+    #[test]
+    fn literal_prefix_stops_at_the_first_meta_segment() {
+        assert_eq!(literal_prefix("/srv/data/**/*.md"), PathBuf::from("/srv/data"));
+        assert_eq!(literal_prefix("/tmp/x.txt"), PathBuf::from("/tmp/x.txt"));
+        assert_eq!(literal_prefix("/**"), PathBuf::from("/"));
+    }
+}

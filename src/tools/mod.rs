@@ -1,0 +1,172 @@
+//! The native tools of CONTRACT §5 behind one [`Tool`] trait, and the registry the broker
+//! dispatches through. Tools know nothing of sockets or JSON-RPC: they take parsed arguments and a
+//! [`CallContext`], and return a JSON result or a [`ToolError`].
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::journal::Journal;
+use crate::skill::policy::Policy;
+use crate::util::TraceContext;
+
+/// Every tool name of CONTRACT §5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum ToolName {
+    Read,
+    Write,
+    Edit,
+    Glob,
+    Grep,
+    Bash,
+    MemoryRead,
+    MemorySearch,
+    MemoryEmit,
+    HttpFetch,
+    HttpPost,
+}
+
+impl ToolName {
+    pub const ALL: [ToolName; 11] = [
+        Self::Read,
+        Self::Write,
+        Self::Edit,
+        Self::Glob,
+        Self::Grep,
+        Self::Bash,
+        Self::MemoryRead,
+        Self::MemorySearch,
+        Self::MemoryEmit,
+        Self::HttpFetch,
+        Self::HttpPost,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "Read",
+            Self::Write => "Write",
+            Self::Edit => "Edit",
+            Self::Glob => "Glob",
+            Self::Grep => "Grep",
+            Self::Bash => "Bash",
+            Self::MemoryRead => "MemoryRead",
+            Self::MemorySearch => "MemorySearch",
+            Self::MemoryEmit => "MemoryEmit",
+            Self::HttpFetch => "HttpFetch",
+            Self::HttpPost => "HttpPost",
+        }
+    }
+
+    /// The tool with exactly this name (names are case-sensitive).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+}
+
+impl fmt::Display for ToolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `--resolve HOST:PORT:ADDR` pin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvePin {
+    pub host: String,
+    pub port: u16,
+    pub addr: std::net::IpAddr,
+}
+
+/// What every tool call of one invocation shares. Built once by the broker.
+pub struct Invocation {
+    pub invocation_id: String,
+    pub skill_id: String,
+    pub tenant_id: String,
+    pub sync_class: &'static str,
+    /// `$CYBEROS_HOME/memory`, created before the skill starts.
+    pub memory_root: PathBuf,
+    /// The skill's scratch directory on the host (its HOME and TMPDIR inside the sandbox).
+    pub scratch_dir: PathBuf,
+    pub resolve: Vec<ResolvePin>,
+    pub policy: Arc<Policy>,
+    /// The journal, when it could be opened (MemoryEmit appends to it).
+    pub journal: Option<Arc<Journal>>,
+    /// When the invocation's budget runs out (100 %).
+    pub deadline: Instant,
+}
+
+/// One `tool.call` as a tool sees it.
+pub struct CallContext<'a> {
+    pub invocation: &'a Invocation,
+    /// The broker's id for this call (`call_id` in the journal).
+    pub call_id: &'a str,
+    /// The call's trace context (from its `traceparent`, else the invocation's).
+    pub trace: TraceContext,
+}
+
+/// Why a tool call did not produce a result. The broker maps each variant to its JSON-RPC error
+/// (CONTRACT §4); the first four are policy denials, journalled as `skill.tool_denied` when
+/// raised by [`Tool::check`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolError {
+    /// The arguments do not fit the tool's input schema: JSON-RPC -32602.
+    InvalidArgs(String),
+    /// A memory path outside `allowed_memory_scopes` (the canonical path).
+    Scope { path: String },
+    /// A file path outside `x-allowed-files` (the canonical path).
+    File { path: String },
+    /// A host outside `x-allowed-domains`, a refused address or a refused redirect hop.
+    Domain { host: String, detail: String },
+    /// The tool ran and failed: `kind` is `not_found`, `io`, `timeout`, `http`, ...
+    Failed { kind: &'static str, detail: String },
+    /// The invocation's deadline passed while the call ran.
+    Deadline,
+}
+
+impl ToolError {
+    pub fn failed(kind: &'static str, detail: impl Into<String>) -> Self {
+        Self::Failed { kind, detail: detail.into() }
+    }
+
+    pub fn invalid(detail: impl Into<String>) -> Self {
+        Self::InvalidArgs(detail.into())
+    }
+
+    /// An I/O error as `tool_error`, `not_found` for ENOENT.
+    pub fn io(context: &str, err: &std::io::Error) -> Self {
+        let kind = if err.kind() == std::io::ErrorKind::NotFound { "not_found" } else { "io" };
+        Self::failed(kind, format!("{context}: {err}"))
+    }
+
+    /// True for the policy denials (scope, file, domain).
+    pub fn is_denial(&self) -> bool {
+        matches!(self, Self::Scope { .. } | Self::File { .. } | Self::Domain { .. })
+    }
+}
+
+/// A native tool.
+pub trait Tool: Send + Sync {
+    fn name(&self) -> ToolName;
+    /// One line for `tool.list`.
+    fn description(&self) -> &'static str;
+    /// JSON Schema (2020-12) of the arguments object.
+    fn input_schema(&self) -> Value;
+    /// Parses the arguments and checks them against the policy, without side effects. Runs before
+    /// the `skill.tool_call_started` row; an error here is a denial or invalid params.
+    fn check(&self, ctx: &CallContext<'_>, args: &Value) -> Result<(), ToolError>;
+    /// Runs the call. Must re-check anything that can change between `check` and use (paths are
+    /// re-resolved at open time, every redirect hop and every search result is filtered).
+    fn call(&self, ctx: &CallContext<'_>, args: &Value) -> Result<Value, ToolError>;
+}
+
+/// Parses a tool's arguments object into its typed form, mapping serde's message to -32602.
+pub fn parse_args<T: serde::de::DeserializeOwned>(args: &Value) -> Result<T, ToolError> {
+    if !args.is_object() {
+        return Err(ToolError::invalid("args must be a JSON object"));
+    }
+    T::deserialize(args).map_err(|e| ToolError::invalid(e.to_string()))
+}

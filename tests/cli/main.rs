@@ -1,0 +1,3 @@
+//! The one integration-test binary: every test drives the real `cyberos` binary.
+
+mod util;
