@@ -500,3 +500,75 @@ impl<'a> Validator<'a> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn broker() -> semver::Version {
+        semver::Version::new(1, 0, 0)
+    }
+
+    fn minimal() -> Value {
+        json!({"id": "a", "version": "1.0.0", "description": "d", "allowed_memory_scopes": [], "allowed_tools": []})
+    }
+
+    fn codes(v: &Value) -> Vec<(String, &'static str)> {
+        validate(v, "", &broker())
+            .unwrap_err()
+            .into_iter()
+            .map(|e| (e.field, e.code.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_applied() {
+        let m = validate(&minimal(), "", &broker()).unwrap();
+        assert_eq!(m.effort_minutes, 30);
+        assert_eq!(m.sync_class, SyncClass::Private);
+        assert_eq!(m.tenant_scope, TenantScope::Any);
+        assert!(m.disallowed_tools.is_empty() && m.tags.is_empty() && m.signature.is_none());
+    }
+
+    #[test]
+    fn domains_are_lowercased_without_the_trailing_dot() {
+        let mut v = minimal();
+        v["x-allowed-domains"] = json!(["API.Example.COM.", "*.example.org"]);
+        let m = validate(&v, "", &broker()).unwrap();
+        assert_eq!(m.allowed_domains, ["api.example.com", "*.example.org"]);
+    }
+
+    #[test]
+    fn a_failing_signature_hides_every_other_error() {
+        let mut v = minimal();
+        v["id"] = json!(7);
+        v["bogus"] = json!(1);
+        v["signature"] = json!({"algo": "ed25519", "public_key_hex": "ab".repeat(32), "signature_hex": "cd".repeat(64)});
+        let got = codes(&v);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].1, "signature");
+        // Without the signature, the other errors show.
+        v.as_object_mut().unwrap().remove("signature");
+        assert_eq!(
+            codes(&v),
+            [
+                ("bogus".to_owned(), "unknown_field"),
+                ("id".to_owned(), "type")
+            ]
+        );
+    }
+
+    #[test]
+    fn list_entries_are_indexed_from_zero() {
+        let mut v = minimal();
+        v["allowed_tools"] = json!(["Read", 3, "Nope"]);
+        assert_eq!(
+            codes(&v),
+            [
+                ("allowed_tools[1]".to_owned(), "type"),
+                ("allowed_tools[2]".to_owned(), "unknown_tool")
+            ]
+        );
+    }
+}

@@ -49,6 +49,11 @@ fn options() -> serde_saphyr::Options {
 /// Parses the frontmatter. An empty frontmatter is an empty mapping. Error messages count lines
 /// from the start of the file: the frontmatter begins on line 2, after the opening fence.
 pub fn to_json(frontmatter: &str) -> Result<Value, String> {
+    if frontmatter.len() as u64 > MAX_SKILL_MD_BYTES {
+        return Err(format!(
+            "the frontmatter is larger than {MAX_SKILL_MD_BYTES} bytes"
+        ));
+    }
     if frontmatter.trim().is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
     }
@@ -132,11 +137,7 @@ mod tests {
             bomb.push_str("]\n");
         }
         let deep_flow = format!("x: {}{}\n", "[".repeat(10_000), "]".repeat(10_000));
-        let mut deep_block = String::from("x:\n");
-        for i in 0..10_000 {
-            deep_block.push_str(&" ".repeat(i + 2));
-            deep_block.push_str("- \n");
-        }
+        let deep_block = format!("x:\n  {}x\n", "- ".repeat(10_000));
         for (name, text) in [
             ("bomb", bomb),
             ("duplicate", "id: a\nid: b\n".to_owned()),

@@ -115,6 +115,13 @@ fn a_signature_made_independently_verifies() {
     world.cmd(["skill", "validate"]).arg(&dir).success();
 }
 
+/// `skill keygen --out <world>/k`.
+fn keygen(world: &World) -> std::path::PathBuf {
+    let key = world.path().join("k");
+    world.cmd(["skill", "keygen", "--out"]).arg(&key).success();
+    key
+}
+
 #[test]
 fn keygen_writes_a_private_and_a_public_key_once() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -151,8 +158,7 @@ fn keygen_writes_a_private_and_a_public_key_once() {
 #[test]
 fn sign_writes_a_block_that_verifies_independently_and_keeps_the_rest() {
     let world = World::new();
-    let key = world.path().join("k");
-    world.cmd(["skill", "keygen", "--out"]).arg(&key).success();
+    let key = keygen(&world);
     let original = format!("---\n# a comment that must survive\n{FRONTMATTER}---\n{BODY}");
     let dir = world.bundle("to-sign", &original, "#!/bin/sh\n");
     world
@@ -219,8 +225,7 @@ fn sign_writes_a_block_that_verifies_independently_and_keeps_the_rest() {
 #[test]
 fn sign_keeps_crlf_line_ends() {
     let world = World::new();
-    let key = world.path().join("k");
-    world.cmd(["skill", "keygen", "--out"]).arg(&key).success();
+    let key = keygen(&world);
     let text = util::skill_md("crlf", &["Read"], "").replace('\n', "\r\n");
     let dir = world.bundle("crlf", &text, "#!/bin/sh\n");
     world
@@ -237,8 +242,7 @@ fn sign_keeps_crlf_line_ends() {
 #[test]
 fn sign_refuses_an_invalid_skill_or_a_bad_key() {
     let world = World::new();
-    let key = world.path().join("k");
-    world.cmd(["skill", "keygen", "--out"]).arg(&key).success();
+    let key = keygen(&world);
     let text = util::skill_md("bad", &["Teleport"], "");
     let dir = world.bundle("bad", &text, "#!/bin/sh\n");
     let out = world
