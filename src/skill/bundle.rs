@@ -35,6 +35,10 @@ pub enum LoadError {
     NotFound { what: &'static str, path: PathBuf },
     #[error("failed to find skill {id:?} in {}", searched_list(searched))]
     SkillNotFound { id: String, searched: Vec<PathBuf> },
+    #[error(
+        "failed to find skill {arg:?}: it is neither a directory nor a skill id (lowercase letters, digits and dashes)"
+    )]
+    NotAnId { arg: String },
     #[error("failed to read {}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -78,7 +82,9 @@ impl LoadError {
     /// executable, 6 invalid, 1 I/O.
     pub fn invoke_exit_code(&self) -> u8 {
         match self {
-            Self::NotFound { .. } | Self::SkillNotFound { .. } => exit::NOT_FOUND,
+            Self::NotFound { .. } | Self::SkillNotFound { .. } | Self::NotAnId { .. } => {
+                exit::NOT_FOUND
+            }
             Self::Invalid { .. } => exit::INVALID_SKILL,
             Self::MainNotExecutable { .. } => exit::NOT_EXECUTABLE,
             Self::Io { .. } => exit::ERROR,
@@ -197,13 +203,13 @@ pub fn resolve_skill(arg: &str, skills_dirs: &[PathBuf]) -> Result<PathBuf, Load
 
 /// `<dir>/<id>/` in the first of `skills_dirs` where it is a directory.
 pub fn find_skill(id: &str, skills_dirs: &[PathBuf]) -> Result<PathBuf, LoadError> {
-    let valid_id = regex::Regex::new(ID_PATTERN).is_ok_and(|re| re.is_match(id));
-    if valid_id {
-        for dir in skills_dirs {
-            let candidate = dir.join(id);
-            if candidate.is_dir() {
-                return Ok(candidate);
-            }
+    if !regex::Regex::new(ID_PATTERN).is_ok_and(|re| re.is_match(id)) {
+        return Err(LoadError::NotAnId { arg: id.to_owned() });
+    }
+    for dir in skills_dirs {
+        let candidate = dir.join(id);
+        if candidate.is_dir() {
+            return Ok(candidate);
         }
     }
     Err(LoadError::SkillNotFound {
@@ -277,4 +283,85 @@ pub(crate) fn encoding_error(err: &std::str::Utf8Error) -> FieldError {
             err.valid_up_to()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    const SKILL: &str = "---\nid: s\nversion: 1.0.0\ndescription: d\nallowed_memory_scopes: []\nallowed_tools: []\n---\n";
+
+    fn bundle(dir: &Path, main_mode: Option<u32>) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join(SKILL_MD), SKILL).unwrap();
+        if let Some(mode) = main_mode {
+            std::fs::write(dir.join(MAIN), "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(dir.join(MAIN), std::fs::Permissions::from_mode(mode))
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn load_bundle_exit_codes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let v = semver::Version::new(0, 1, 0);
+        let ok = tmp.path().join("ok");
+        bundle(&ok, Some(0o755));
+        let b = load_bundle(&ok, &v).unwrap();
+        assert_eq!(b.dir, std::fs::canonicalize(&ok).unwrap());
+        assert_eq!(b.main_path, b.dir.join(MAIN));
+        assert_eq!(b.frontmatter_json["id"], "s");
+
+        let no_main = tmp.path().join("no-main");
+        bundle(&no_main, None);
+        assert_eq!(
+            load_bundle(&no_main, &v).unwrap_err().invoke_exit_code(),
+            exit::NOT_FOUND
+        );
+        // validate does not look at main.
+        load_skill_md(&no_main, &v).unwrap();
+
+        let not_exec = tmp.path().join("not-exec");
+        bundle(&not_exec, Some(0o644));
+        assert_eq!(
+            load_bundle(&not_exec, &v).unwrap_err().invoke_exit_code(),
+            exit::NOT_EXECUTABLE
+        );
+
+        let missing = load_bundle(&tmp.path().join("nope"), &v).unwrap_err();
+        assert_eq!(
+            (missing.invoke_exit_code(), missing.validate_exit_code()),
+            (exit::NOT_FOUND, exit::ERROR)
+        );
+    }
+
+    #[test]
+    fn skills_are_found_in_search_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (first, second) = (tmp.path().join("a"), tmp.path().join("b"));
+        bundle(&second.join("s"), Some(0o755));
+        bundle(&second.join("t"), Some(0o755));
+        bundle(&first.join("t"), Some(0o755));
+        let dirs = [first.clone(), second.clone(), tmp.path().join("missing")];
+        assert_eq!(find_skill("s", &dirs).unwrap(), second.join("s"));
+        assert_eq!(find_skill("t", &dirs).unwrap(), first.join("t"));
+        assert!(matches!(
+            find_skill("u", &dirs),
+            Err(LoadError::SkillNotFound { .. })
+        ));
+        // A name that is not an id never reaches the filesystem.
+        assert!(matches!(
+            find_skill("..", &dirs),
+            Err(LoadError::NotAnId { .. })
+        ));
+        assert_eq!(resolve_skill("./x", &dirs).unwrap(), PathBuf::from("./x"));
+
+        let listed = list_skills(&dirs, &semver::Version::new(0, 1, 0)).unwrap();
+        let names: Vec<(&str, bool)> = listed
+            .iter()
+            .map(|l| (l.name.as_str(), l.shadowed))
+            .collect();
+        assert_eq!(names, [("t", false), ("s", false), ("t", true)]);
+    }
 }
