@@ -3,14 +3,17 @@
 //! path without following a symlink anywhere, so a link swapped in after the check fails the open
 //! instead of leading elsewhere. These tools must never read or write a non-regular file.
 
-use std::io::{self, BufRead, BufReader};
+use std::ffi::OsStr;
+use std::io::{self, BufRead, BufReader, Read as _};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::tools::fsutil::{self, READ_CAP};
-use crate::tools::sys::Base;
+use crate::tools::sys::{self, Base};
 use crate::tools::{CallContext, Tool, ToolError, ToolName, encode_body, parse_args};
 use crate::util::sha256_hex;
 
@@ -89,6 +92,215 @@ impl Tool for Read {
             result["encoding"] = json!(encoding);
         }
         Ok(result)
+    }
+}
+
+/// Opens the parent directory of a checked path (creating it when asked), verified to be exactly
+/// that directory, and returns it with the file name.
+fn parent_dir(path: &Path, create: bool) -> Result<(OwnedFd, &OsStr), ToolError> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(ToolError::invalid(format!(
+            "{} is not a file path",
+            path.display()
+        )));
+    };
+    let dir = fsutil::open_dir(Base::Root, parent, path, create, 0o777).map_err(|e| match e {
+        ToolError::Failed {
+            kind: "not_found", ..
+        } if !create => ToolError::failed(
+            "not_found",
+            format!(
+                "directory {} does not exist (pass create_dirs to create it)",
+                parent.display()
+            ),
+        ),
+        other => other,
+    })?;
+    fsutil::verify_fd_path(dir.as_fd(), parent)?;
+    Ok((dir, name))
+}
+
+fn write_error(path: &Path, e: &io::Error) -> ToolError {
+    if e.raw_os_error() == Some(libc::EISDIR) {
+        return ToolError::failed(
+            "is_a_directory",
+            format!("{} is a directory", path.display()),
+        );
+    }
+    ToolError::io(&format!("failed to write {}", path.display()), e)
+}
+
+pub struct Write;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: String,
+    content: String,
+    #[serde(default)]
+    create_dirs: bool,
+}
+
+impl Tool for Write {
+    fn name(&self) -> ToolName {
+        ToolName::Write
+    }
+
+    fn description(&self) -> &'static str {
+        "Write a file under x-allowed-files atomically (temp file + rename); create_dirs makes missing parents"
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "absolute path"},
+                "content": {"type": "string"},
+                "create_dirs": {"type": "boolean", "default": false}
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        })
+    }
+
+    fn check(&self, ctx: &CallContext<'_>, args: &Value) -> Result<(), ToolError> {
+        let args: WriteArgs = parse_args(args)?;
+        checked_file(ctx, &args.path).map(drop)
+    }
+
+    fn call(&self, ctx: &CallContext<'_>, args: &Value) -> Result<Value, ToolError> {
+        let args: WriteArgs = parse_args(args)?;
+        let path = checked_file(ctx, &args.path)?;
+        let (dir, name) = parent_dir(&path, args.create_dirs)?;
+        let bytes = args.content.as_bytes();
+        fsutil::write_atomic(dir.as_fd(), name, bytes, 0o666)
+            .map_err(|e| write_error(&path, &e))?;
+        Ok(
+            json!({"path": shown(&path), "bytes_written": bytes.len(), "content_hash": sha256_hex(bytes)}),
+        )
+    }
+}
+
+pub struct Edit;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    path: String,
+    old_string: String,
+    new_string: String,
+    #[serde(default)]
+    replace_all: bool,
+}
+
+impl EditArgs {
+    fn validate(self) -> Result<Self, ToolError> {
+        if self.old_string.is_empty() {
+            return Err(ToolError::invalid("old_string must not be empty"));
+        }
+        if self.old_string == self.new_string {
+            return Err(ToolError::invalid(
+                "old_string and new_string are identical",
+            ));
+        }
+        Ok(self)
+    }
+}
+
+impl Tool for Edit {
+    fn name(&self) -> ToolName {
+        ToolName::Edit
+    }
+
+    fn description(&self) -> &'static str {
+        "Replace old_string with new_string in a file under x-allowed-files (exactly one occurrence unless replace_all)"
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "absolute path"},
+                "old_string": {"type": "string", "minLength": 1},
+                "new_string": {"type": "string"},
+                "replace_all": {"type": "boolean", "default": false}
+            },
+            "required": ["path", "old_string", "new_string"],
+            "additionalProperties": false
+        })
+    }
+
+    fn check(&self, ctx: &CallContext<'_>, args: &Value) -> Result<(), ToolError> {
+        let args = parse_args::<EditArgs>(args)?.validate()?;
+        checked_file(ctx, &args.path).map(drop)
+    }
+
+    fn call(&self, ctx: &CallContext<'_>, args: &Value) -> Result<Value, ToolError> {
+        let args = parse_args::<EditArgs>(args)?.validate()?;
+        let path = checked_file(ctx, &args.path)?;
+        let mut opened = fsutil::open_regular(Base::Root, &path, &path, Some(&path))?;
+        if opened.meta.len() > READ_CAP {
+            return Err(ToolError::failed(
+                "too_large",
+                format!(
+                    "{} is {} bytes; Edit handles at most {READ_CAP}",
+                    path.display(),
+                    opened.meta.len()
+                ),
+            ));
+        }
+        let mut text = String::new();
+        (&mut opened.file)
+            .take(READ_CAP + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::InvalidData {
+                    ToolError::failed(
+                        "invalid_utf8",
+                        format!("{} is not UTF-8 text", path.display()),
+                    )
+                } else {
+                    ToolError::io(&format!("failed to read {}", path.display()), &e)
+                }
+            })?;
+        let count = text.matches(&args.old_string).count();
+        if count == 0 {
+            return Err(ToolError::failed(
+                "no_match",
+                format!("old_string does not occur in {}", path.display()),
+            ));
+        }
+        if count > 1 && !args.replace_all {
+            return Err(ToolError::failed(
+                "ambiguous",
+                format!(
+                    "old_string occurs {count} times in {}; add context to make it unique or pass replace_all",
+                    path.display()
+                ),
+            ));
+        }
+        let new = if args.replace_all {
+            text.replace(&args.old_string, &args.new_string)
+        } else {
+            text.replacen(&args.old_string, &args.new_string, 1)
+        };
+        let (dir, name) = parent_dir(&path, false)?;
+        // Someone replacing the file between our read and our rename would lose their write.
+        let current =
+            sys::lstatat(dir.as_fd(), name).map_err(|e| ToolError::io("failed to stat", &e))?;
+        if !current
+            .is_some_and(|st| st.st_dev == opened.meta.dev() && st.st_ino == opened.meta.ino())
+        {
+            return Err(ToolError::failed(
+                "conflict",
+                format!("{} was replaced during the edit", path.display()),
+            ));
+        }
+        fsutil::write_atomic(dir.as_fd(), name, new.as_bytes(), 0o666)
+            .map_err(|e| write_error(&path, &e))?;
+        Ok(
+            json!({"path": shown(&path), "replacements": count, "content_hash": sha256_hex(new.as_bytes())}),
+        )
     }
 }
 
@@ -283,6 +495,135 @@ mod tests {
         assert_eq!(out["encoding"], "base64");
         assert_eq!(out["body"], "/wD+");
         assert_eq!(out["content_hash"], sha256_hex(&[0xff, 0x00, 0xfe]));
+    }
+
+    #[test]
+    fn write_is_atomic_and_confined() {
+        let (_d, dir) = tempdir();
+        let glob = format!("{}/**", dir.display());
+        let fx = fixture(&[&glob]);
+        let out = fx
+            .run(
+                &Write,
+                json!({"path": s(&dir.join("a.txt")), "content": "one"}),
+            )
+            .unwrap();
+        assert_eq!(
+            out,
+            json!({"path": s(&dir.join("a.txt")), "bytes_written": 3, "content_hash": sha256_hex(b"one")})
+        );
+        fx.run(
+            &Write,
+            json!({"path": s(&dir.join("a.txt")), "content": "two"}),
+        )
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("a.txt")).unwrap(), "two");
+        let deep = dir.join("x/y/z.txt");
+        match fx.run(&Write, json!({"path": s(&deep), "content": "z"})) {
+            Err(ToolError::Failed {
+                kind: "not_found",
+                detail,
+            }) => assert!(detail.contains("create_dirs"), "{detail}"),
+            other => panic!("{other:?}"),
+        }
+        fx.run(
+            &Write,
+            json!({"path": s(&deep), "content": "z", "create_dirs": true}),
+        )
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(&deep).unwrap(), "z");
+        // `/tmp/../etc/...` is /etc/...: outside the glob, and nothing is created there.
+        let sneaky = format!("{}/../../../../etc/cyberos-should-not-exist", dir.display());
+        assert_eq!(
+            file_violation(fx.run(&Write, json!({"path": sneaky, "content": "x"}))),
+            "/etc/cyberos-should-not-exist"
+        );
+        assert!(!Path::new("/etc/cyberos-should-not-exist").exists());
+        let dotdot = format!("{}/missing/../../etc/x", dir.display());
+        assert!(matches!(
+            fx.run(&Write, json!({"path": dotdot, "content": "x"})),
+            Err(ToolError::InvalidArgs(_))
+        ));
+        assert!(matches!(
+            fx.run(&Write, json!({"path": s(&dir.join("x")), "content": "z"})),
+            Err(ToolError::Failed {
+                kind: "is_a_directory",
+                ..
+            })
+        ));
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "no temp file left behind: {names:?}");
+    }
+
+    #[test]
+    fn write_through_symlinks_is_refused_or_stays_inside() {
+        let (_d, dir) = tempdir();
+        let (_o, outside) = tempdir();
+        std::fs::create_dir(dir.join("a")).unwrap();
+        std::os::unix::fs::symlink(outside.join("new"), dir.join("a/link")).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("a/dirlink")).unwrap();
+        let glob = format!("{}/a/**", dir.display());
+        let fx = fixture(&[&glob]);
+        let p = file_violation(fx.run(
+            &Write,
+            json!({"path": s(&dir.join("a/link")), "content": "x"}),
+        ));
+        assert_eq!(p, s(&outside.join("new")));
+        let p = file_violation(fx.run(
+            &Write,
+            json!({"path": s(&dir.join("a/dirlink/f")), "content": "x", "create_dirs": true}),
+        ));
+        assert_eq!(p, s(&outside.join("f")));
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn edit_requires_a_unique_match_unless_replace_all() {
+        let (_d, dir) = tempdir();
+        let f = dir.join("e.txt");
+        std::fs::write(&f, "a b a c").unwrap();
+        let glob = format!("{}/**", dir.display());
+        let fx = fixture(&[&glob]);
+        let edit = |old: &str, new: &str, all: bool| {
+            fx.run(
+                &Edit,
+                json!({"path": s(&f), "old_string": old, "new_string": new, "replace_all": all}),
+            )
+        };
+        assert!(matches!(
+            edit("a", "x", false),
+            Err(ToolError::Failed {
+                kind: "ambiguous",
+                ..
+            })
+        ));
+        assert!(matches!(
+            edit("zz", "x", false),
+            Err(ToolError::Failed {
+                kind: "no_match",
+                ..
+            })
+        ));
+        assert!(matches!(
+            edit("", "x", false),
+            Err(ToolError::InvalidArgs(_))
+        ));
+        let out = edit("b", "B", false).unwrap();
+        assert_eq!(out["replacements"], 1);
+        assert_eq!(out["content_hash"], sha256_hex(b"a B a c"));
+        let out = edit("a", "A", true).unwrap();
+        assert_eq!(out["replacements"], 2);
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "A B A c");
+        assert_eq!(
+            file_violation(fx.run(
+                &Edit,
+                json!({"path": "/etc/passwd", "old_string": "root", "new_string": "x"})
+            )),
+            "/etc/passwd"
+        );
     }
 
     /// A symlink to an outside file is swapped in and out of an allowed path while Read runs:

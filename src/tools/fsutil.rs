@@ -29,13 +29,20 @@ pub fn canonical_file_path(raw: &str) -> Result<PathBuf, ToolError> {
     if !path.is_absolute() {
         return Err(ToolError::invalid(format!("path {raw:?} is not absolute")));
     }
+    canonicalise(raw, path.to_path_buf(), 0)
+}
+
+/// Links followed by hand (dangling ones) before giving up, as the kernel's MAXSYMLINKS.
+const MAX_LINKS: u32 = 40;
+
+fn canonicalise(raw: &str, path: PathBuf, links: u32) -> Result<PathBuf, ToolError> {
     let components: Vec<Component<'_>> = path.components().collect();
     // The longest prefix that exists; `/` always does.
     for end in (1..=components.len()).rev() {
         let prefix: PathBuf = components[..end].iter().collect();
+        let rest = &components[end..];
         match std::fs::canonicalize(&prefix) {
             Ok(mut canonical) => {
-                let rest = &components[end..];
                 if rest.contains(&Component::ParentDir) {
                     return Err(ToolError::invalid(format!(
                         "path {raw:?}: `..` after {} which does not exist",
@@ -45,7 +52,22 @@ pub fn canonical_file_path(raw: &str) -> Result<PathBuf, ToolError> {
                 canonical.extend(rest);
                 return Ok(canonical);
             }
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
+                // A dangling symlink exists as a name: writing to it would create its target,
+                // so its target is what must be checked.
+                if let Ok(target) = std::fs::read_link(&prefix) {
+                    if links >= MAX_LINKS {
+                        return Err(ToolError::failed(
+                            "symlink",
+                            format!("too many symbolic links in {raw}"),
+                        ));
+                    }
+                    let base = prefix.parent().unwrap_or(Path::new("/"));
+                    let mut next = base.join(target);
+                    next.extend(rest);
+                    return canonicalise(raw, next, links + 1);
+                }
+            }
             Err(e) => return Err(ToolError::io(&format!("failed to resolve {raw}"), &e)),
         }
     }
@@ -291,6 +313,13 @@ mod tests {
             PathBuf::from("/etc/nonexistent-x")
         );
         assert_eq!(canonical_file_path("/").unwrap(), PathBuf::from("/"));
+        std::os::unix::fs::symlink("/nonexistent-dir/x", base.join("dangling")).unwrap();
+        assert_eq!(
+            canonical_file_path(&s(&base.join("dangling"))).unwrap(),
+            PathBuf::from("/nonexistent-dir/x")
+        );
+        std::os::unix::fs::symlink("loop", base.join("loop")).unwrap();
+        assert!(canonical_file_path(&s(&base.join("loop/x"))).is_err());
     }
 
     #[test]

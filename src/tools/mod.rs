@@ -223,6 +223,8 @@ pub fn registry() -> &'static BTreeMap<ToolName, Box<dyn Tool>> {
     REGISTRY.get_or_init(|| {
         let tools: Vec<Box<dyn Tool>> = vec![
             Box::new(files::Read),
+            Box::new(files::Write),
+            Box::new(files::Edit),
             Box::new(memory::MemoryRead),
             Box::new(memory::MemoryEmit),
         ];
