@@ -3,11 +3,16 @@
 
 use crate::cli::{Cli, Command};
 
+pub mod sandbox;
+
 /// Dispatches a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
-        Command::Skill(_) | Command::Tool(_) | Command::Sandbox(_) | Command::SandboxChild => {
-            Err(crate::exit::coded(crate::exit::USAGE, "this command is not available yet"))
-        }
+        Command::Sandbox(command) => sandbox::run(command),
+        Command::SandboxChild => Ok(crate::sandbox::child_main()),
+        Command::Skill(_) | Command::Tool(_) => Err(crate::exit::coded(
+            crate::exit::USAGE,
+            "this command is not available yet",
+        )),
     }
 }
