@@ -3,6 +3,7 @@
 
 pub mod keygen;
 pub mod list;
+pub mod sandbox;
 pub mod scaffold;
 pub mod sign;
 pub mod validate;
@@ -17,8 +18,11 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Skill(SkillCommand::Keygen(args)) => keygen::run(args),
         Command::Skill(SkillCommand::Sign(args)) => sign::run(args),
         Command::Skill(SkillCommand::List(args)) => list::run(args),
-        Command::Skill(_) | Command::Tool(_) | Command::Sandbox(_) | Command::SandboxChild => Err(
-            crate::exit::coded(crate::exit::USAGE, "this command is not available yet"),
-        ),
+        Command::Sandbox(command) => sandbox::run(command),
+        Command::SandboxChild => Ok(crate::sandbox::child_main()),
+        Command::Skill(_) | Command::Tool(_) => Err(crate::exit::coded(
+            crate::exit::USAGE,
+            "this command is not available yet",
+        )),
     }
 }

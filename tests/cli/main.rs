@@ -3,6 +3,7 @@
 mod fixtures;
 mod list;
 mod man;
+mod sandbox;
 mod scaffold;
 mod schema;
 mod sign;
