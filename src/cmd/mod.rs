@@ -6,8 +6,8 @@ use crate::cli::{Cli, Command};
 /// Dispatches a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
-        Command::Skill(_) | Command::Tool(_) | Command::Sandbox(_) | Command::SandboxChild => {
-            Err(crate::exit::coded(crate::exit::USAGE, "this command is not available yet"))
-        }
+        Command::Skill(_) | Command::Tool(_) | Command::Sandbox(_) | Command::SandboxChild => Err(
+            crate::exit::coded(crate::exit::USAGE, "this command is not available yet"),
+        ),
     }
 }

@@ -129,7 +129,10 @@ pub enum ToolError {
 
 impl ToolError {
     pub fn failed(kind: &'static str, detail: impl Into<String>) -> Self {
-        Self::Failed { kind, detail: detail.into() }
+        Self::Failed {
+            kind,
+            detail: detail.into(),
+        }
     }
 
     pub fn invalid(detail: impl Into<String>) -> Self {
@@ -138,13 +141,20 @@ impl ToolError {
 
     /// An I/O error as `tool_error`, `not_found` for ENOENT.
     pub fn io(context: &str, err: &std::io::Error) -> Self {
-        let kind = if err.kind() == std::io::ErrorKind::NotFound { "not_found" } else { "io" };
+        let kind = if err.kind() == std::io::ErrorKind::NotFound {
+            "not_found"
+        } else {
+            "io"
+        };
         Self::failed(kind, format!("{context}: {err}"))
     }
 
     /// True for the policy denials (scope, file, domain).
     pub fn is_denial(&self) -> bool {
-        matches!(self, Self::Scope { .. } | Self::File { .. } | Self::Domain { .. })
+        matches!(
+            self,
+            Self::Scope { .. } | Self::File { .. } | Self::Domain { .. }
+        )
     }
 }
 
