@@ -1,11 +1,14 @@
 //! One file per subcommand. Each `run` turns clap's plain data into a validated request, does the
 //! work, and returns the process exit code; errors carry their code through `exit::Coded`.
 
-use crate::cli::{Cli, Command};
+pub mod broker;
+
+use crate::cli::{Cli, Command, SkillCommand};
 
 /// Dispatches a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
+        Command::Skill(SkillCommand::Broker(command)) => broker::run(command),
         Command::Skill(_) | Command::Tool(_) | Command::Sandbox(_) | Command::SandboxChild => Err(
             crate::exit::coded(crate::exit::USAGE, "this command is not available yet"),
         ),

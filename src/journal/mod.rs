@@ -6,12 +6,17 @@
 pub mod chain;
 mod identity;
 pub mod kind;
+mod prune;
+pub mod replay;
 mod schema;
+mod status;
 mod store;
 #[cfg(test)]
 mod tests;
 mod verify;
 
 pub use identity::{BrokerIdentity, process_start_time};
+pub use prune::{PruneError, PruneReport};
+pub use status::DayCounts;
 pub use store::{BUSY_TIMEOUT, InvocationRecord, Journal, JournalError, Row};
 pub use verify::VerifyReport;

@@ -1,3 +1,4 @@
 //! The one integration-test binary: every test drives the real `cyberos` binary.
 
+mod broker;
 mod util;
