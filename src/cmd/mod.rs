@@ -1,6 +1,7 @@
 //! One file per subcommand. Each `run` turns clap's plain data into a validated request, does the
 //! work, and returns the process exit code; errors carry their code through `exit::Coded`.
 
+pub mod broker;
 pub mod keygen;
 pub mod list;
 pub mod sandbox;
@@ -18,6 +19,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Skill(SkillCommand::Keygen(args)) => keygen::run(args),
         Command::Skill(SkillCommand::Sign(args)) => sign::run(args),
         Command::Skill(SkillCommand::List(args)) => list::run(args),
+        Command::Skill(SkillCommand::Broker(command)) => broker::run(command),
         Command::Sandbox(command) => sandbox::run(command),
         Command::SandboxChild => Ok(crate::sandbox::child_main()),
         Command::Skill(_) | Command::Tool(_) => Err(crate::exit::coded(

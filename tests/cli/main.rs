@@ -1,5 +1,6 @@
 //! The one integration-test binary: every test drives the real `cyberos` binary.
 
+mod broker;
 mod fixtures;
 mod list;
 mod man;
