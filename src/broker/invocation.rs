@@ -62,8 +62,6 @@ pub enum InvokeError {
     Unreadable { uid: u32, detail: String },
     #[error("failed to start the sandbox: {0}")]
     Sandbox(#[source] sandbox::SandboxError),
-    #[error("--sandbox strict: layer(s) unavailable on this machine: {0}")]
-    Strict(String),
     #[error("failed to set up signal handling: {0}")]
     Signals(#[source] std::io::Error),
     #[error("broker event loop failed: {0}")]
@@ -102,27 +100,9 @@ impl Drop for Cleanup {
     }
 }
 
-/// The host uid/gid the skill runs as when the broker is root.
-fn sandbox_identity() -> Option<(u32, u32)> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
-    }
-    let id = |var: &str| {
-        std::env::var(var)
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|&v| v != 0)
-    };
-    Some((
-        id("CYBEROS_SANDBOX_UID").unwrap_or(65534),
-        id("CYBEROS_SANDBOX_GID").unwrap_or(65534),
-    ))
-}
-
-/// Would `uid:gid` (no supplementary groups) be allowed `want` (r=4, x=1) on `path`? Checked up
-/// front so an unreadable bundle fails with a clear message. Directories above the bundle do not
-/// matter: inside the sandbox the bundle is bind-mounted under fresh directories.
+/// Would `uid:gid` (no supplementary groups) be allowed `want` (r=4, x=1) on `path`, and search
+/// every directory above it? The sandbox builds its mount view as that uid, so this is checked up
+/// front to fail with a clear message instead of a mount error.
 fn accessible_as(path: &Path, uid: u32, gid: u32, want: u32) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt as _;
     let allowed = |p: &Path, want: u32| -> Result<(), String> {
@@ -147,41 +127,57 @@ fn accessible_as(path: &Path, uid: u32, gid: u32, want: u32) -> Result<(), Strin
             ))
         }
     };
+    for dir in path.ancestors().skip(1) {
+        allowed(dir, 0o1)?;
+    }
     allowed(path, want)
 }
 
-fn prepare_dir(path: &Path, mode: u32, owner: Option<(u32, u32)>) -> Result<(), InvokeError> {
-    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+/// Creates `path` (which must not exist) with mode 0700, owned by `owner` when given.
+fn create_private_dir(path: &Path, owner: Option<(u32, u32)>) -> Result<(), InvokeError> {
+    use std::os::unix::fs::DirBuilderExt as _;
     let err = |source| InvokeError::Prepare {
         path: path.to_owned(),
         source,
     };
     std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(mode)
+        .mode(0o700)
         .create(path)
         .map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(err)?;
     if let Some((uid, gid)) = owner {
         std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(err)?;
     }
     Ok(())
 }
 
+/// Creates `path` and its parents if missing (new directories get `mode`); an existing directory
+/// is left as the operator set it up.
+fn prepare_dir(path: &Path, mode: u32) -> Result<(), InvokeError> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .map_err(|source| InvokeError::Prepare {
+            path: path.to_owned(),
+            source,
+        })
+}
+
 /// Runs one invocation to its end.
 pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
     let started = Instant::now();
     let started_ms = util::now_ms();
-    let identity = sandbox_identity();
+    let identity = sandbox::default_run_as();
     if let Some((uid, gid)) = identity {
         accessible_as(&req.bundle_dir, uid, gid, 0o5)
             .and_then(|()| accessible_as(&req.main, uid, gid, 0o5))
             .map_err(|detail| InvokeError::Unreadable { uid, detail })?;
     }
 
-    prepare_dir(&req.home, 0o700, None)?;
+    prepare_dir(&req.home, 0o700)?;
     let memory_root = req.home.join("memory");
-    prepare_dir(&memory_root, 0o700, None)?;
+    prepare_dir(&memory_root, 0o700)?;
 
     let mut journal_warned = false;
     let journal = match Journal::open(&req.home) {
@@ -210,15 +206,17 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
     }
     socket::sweep(journal.as_deref());
 
-    let run_dir = req.home.join("run").join(&req.invocation_id);
-    let scratch = run_dir.join("scratch");
+    // Scratch lives beside the socket in /tmp, not in the home: the sandbox mounts it as the
+    // sandbox uid, which cannot reach a root broker's home. mkdir refuses an existing path (or a
+    // planted symlink), and the directory is 0700 for the sandbox uid alone.
+    let scratch = socket::scratch_path_for(&req.invocation_id);
     let socket_path = socket::path_for(&req.invocation_id);
     let listener = socket::bind(&socket_path, identity)?;
-    let _cleanup = Cleanup {
-        paths: vec![socket_path.clone(), run_dir.clone()],
+    let mut cleanup = Cleanup {
+        paths: vec![socket_path.clone()],
     };
-    prepare_dir(&run_dir, 0o700, None)?;
-    prepare_dir(&scratch, 0o700, identity)?;
+    create_private_dir(&scratch, identity)?;
+    cleanup.paths.push(scratch.clone());
 
     let trace = req
         .parent_trace
@@ -292,15 +290,9 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
     let mut sandbox =
         sandbox::spawn(&spec, sandbox::Stdio3::inherit()).map_err(InvokeError::Sandbox)?;
     let report = serde_json::to_value(sandbox.report()).unwrap_or(Value::Null);
-    let missing = sandbox.report().missing();
-    if !missing.is_empty() {
-        if req.sandbox_mode == sandbox::Mode::Strict {
-            sandbox.kill();
-            return Err(InvokeError::Strict(missing.join(", ")));
-        }
-        for layer in &missing {
-            eprintln!("cyberos: sandbox layer unavailable, continuing (best-effort): {layer}");
-        }
+    // Strict mode never gets here with a layer missing: `spawn` refuses it.
+    for (layer, state) in sandbox.report().missing() {
+        eprintln!("cyberos: sandbox layer {layer} {state}; continuing (--sandbox best-effort)");
     }
     let _unaudited = shared.record(
         kind::INVOKED_STARTED,

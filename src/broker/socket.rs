@@ -13,6 +13,7 @@ use crate::journal::Journal;
 const DIR: &str = "/tmp";
 const PREFIX: &str = "cyberos-skill-broker.";
 const SUFFIX: &str = ".sock";
+const SCRATCH_PREFIX: &str = "cyberos-scratch.";
 /// A socket the journal does not know is removed once older than this.
 const UNKNOWN_SOCKET_AGE: Duration = Duration::from_secs(5 * 60);
 
@@ -31,6 +32,11 @@ pub enum SocketError {
 /// `/tmp/cyberos-skill-broker.<invocation_id>.sock`
 pub fn path_for(invocation_id: &str) -> PathBuf {
     Path::new(DIR).join(format!("{PREFIX}{invocation_id}{SUFFIX}"))
+}
+
+/// `/tmp/cyberos-scratch.<invocation_id>`: the skill's scratch directory on the host.
+pub fn scratch_path_for(invocation_id: &str) -> PathBuf {
+    Path::new(DIR).join(format!("{SCRATCH_PREFIX}{invocation_id}"))
 }
 
 /// Binds the socket, mode 0600, owned by `owner` (the uid the skill runs as) when given.
@@ -63,23 +69,35 @@ pub fn bind(path: &Path, owner: Option<(u32, u32)>) -> Result<UnixListener, Sock
     Ok(listener)
 }
 
-/// Removes sockets of invocations whose broker is gone, and unknown sockets older than 5 min.
+/// Removes what invocations whose broker is gone left in /tmp (their socket and scratch
+/// directory), and unknown ones older than 5 minutes.
 pub fn sweep(journal: Option<&Journal>) {
     let Ok(entries) = std::fs::read_dir(DIR) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(id) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(PREFIX)?.strip_suffix(SUFFIX))
-        else {
+        let Some(name) = name.to_str() else { continue };
+        let (id, is_dir) = if let Some(id) = name
+            .strip_prefix(PREFIX)
+            .and_then(|n| n.strip_suffix(SUFFIX))
+        {
+            (id, false)
+        } else if let Some(id) = name.strip_prefix(SCRATCH_PREFIX) {
+            (id, true)
+        } else {
             continue;
         };
-        let Ok(meta) = entry.path().symlink_metadata() else {
+        let path = entry.path();
+        let Ok(meta) = path.symlink_metadata() else {
             continue;
         };
-        if !meta.file_type().is_socket() {
+        let right_type = if is_dir {
+            meta.is_dir()
+        } else {
+            meta.file_type().is_socket()
+        };
+        if !right_type {
             continue;
         }
         let stale = match journal.map(|j| j.invocation_broker(id)) {
@@ -91,11 +109,13 @@ pub fn sweep(journal: Option<&Journal>) {
                 .is_ok_and(|age| age > UNKNOWN_SOCKET_AGE.as_secs()),
         };
         if stale {
-            if let Err(e) = std::fs::remove_file(entry.path()) {
-                tracing::warn!(
-                    "failed to remove stale socket {}: {e}",
-                    entry.path().display()
-                );
+            let removed = if is_dir {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            if let Err(e) = removed {
+                tracing::warn!("failed to remove stale {}: {e}", path.display());
             }
         }
     }

@@ -2,11 +2,13 @@
 //! work, and returns the process exit code; errors carry their code through `exit::Coded`.
 
 pub mod broker;
+mod invoke;
 pub mod keygen;
 pub mod list;
 pub mod sandbox;
 pub mod scaffold;
 pub mod sign;
+mod tool;
 pub mod validate;
 
 use crate::cli::{Cli, Command, SkillCommand};
@@ -20,11 +22,9 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Skill(SkillCommand::Sign(args)) => sign::run(args),
         Command::Skill(SkillCommand::List(args)) => list::run(args),
         Command::Skill(SkillCommand::Broker(command)) => broker::run(command),
+        Command::Skill(SkillCommand::Invoke(args)) => invoke::run(args),
+        Command::Tool(command) => tool::run(command),
         Command::Sandbox(command) => sandbox::run(command),
         Command::SandboxChild => Ok(crate::sandbox::child_main()),
-        Command::Skill(_) | Command::Tool(_) => Err(crate::exit::coded(
-            crate::exit::USAGE,
-            "this command is not available yet",
-        )),
     }
 }

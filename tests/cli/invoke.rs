@@ -804,19 +804,18 @@ fn descendants_of(root: i32) -> Vec<i32> {
 #[test]
 fn the_examples_run_end_to_end() {
     let world = World::new();
-    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/skills");
     let out = world
         .cmd(["skill", "invoke", "--json"])
-        .arg(examples.join("hello-shell"))
+        .arg(world.example("hello-shell"))
         .args(["--", "tester"])
         .success();
     out.assert_stdout_contains("hello, tester")
         .assert_stdout_contains("Bash was refused");
-    assert_eq!(out.json()["tool_calls"], 4);
+    assert_eq!(out.json()["tool_calls"], 3);
     assert_eq!(out.json()["denied"], 1);
     let out = world
         .cmd(["skill", "invoke"])
-        .arg(examples.join("notes-python"))
+        .arg(world.example("notes-python"))
         .args(["--", "hi"])
         .success();
     out.assert_stdout_contains("scope_violation");

@@ -2,6 +2,7 @@
 
 mod broker;
 mod fixtures;
+mod invoke;
 mod list;
 mod man;
 mod sandbox;

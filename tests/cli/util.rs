@@ -59,6 +59,17 @@ impl World {
         dir
     }
 
+    /// Copies `examples/skills/<name>` into this world (the checkout may sit where the sandbox uid
+    /// cannot reach it) and returns the copy's path.
+    pub fn example(&self, name: &str) -> PathBuf {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/skills")
+            .join(name);
+        let skill_md = std::fs::read_to_string(src.join("SKILL.md")).expect("example SKILL.md");
+        let main = std::fs::read_to_string(src.join("main")).expect("example main");
+        self.bundle(name, &skill_md, &main)
+    }
+
     /// Writes a file (creating parents) and returns its path.
     pub fn file(&self, rel: &str, contents: impl AsRef<[u8]>) -> PathBuf {
         let path = self.dir.path().join(rel);
