@@ -52,7 +52,10 @@ impl BrokerIdentity {
     /// This process.
     pub fn current() -> Option<Self> {
         let pid = std::process::id() as i32;
-        Some(Self { pid, start_time: process_start_time(pid)? })
+        Some(Self {
+            pid,
+            start_time: process_start_time(pid)?,
+        })
     }
 
     /// Is that very process still running?
@@ -99,13 +102,22 @@ impl Journal {
     /// Opens (creating) `home/journal.db`.
     pub fn open(home: &Path) -> Result<Self, JournalError> {
         let path = home.join("journal.db");
-        let open_err = |source| JournalError::Open { path: path.clone(), source };
+        let open_err = |source| JournalError::Open {
+            path: path.clone(),
+            source,
+        };
         let conn = Connection::open(&path).map_err(open_err)?;
-        conn.busy_timeout(Duration::from_secs(10)).map_err(open_err)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(open_err)?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(open_err)?;
         conn.execute_batch(SCHEMA).map_err(open_err)?;
-        Ok(Self { conn: Mutex::new(conn), path })
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -115,14 +127,19 @@ impl Journal {
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave the connection half-written: SQLite rolls
         // back an unfinished transaction, so the poisoned guard is still usable.
-        self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Appends one row and returns its `seq`. `payload` must carry `invocation_id`, `skill_id`
     /// and `trace_id`.
     pub fn append(&self, kind: &str, payload: &Value) -> Result<i64, JournalError> {
         let ts_ms = util::now_ms();
-        let invocation_id = payload.get("invocation_id").and_then(Value::as_str).unwrap_or("");
+        let invocation_id = payload
+            .get("invocation_id")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let conn = self.lock();
         conn.execute(
             "INSERT INTO rows (ts, ts_ms, kind, invocation_id, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
