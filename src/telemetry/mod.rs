@@ -117,7 +117,7 @@ impl Guard {
             return;
         }
         if let Some(Err(problem)) = get().map(|t| t.shutdown(SHUTDOWN_BUDGET)) {
-            eprintln!("cyberos: telemetry: export failed, some telemetry was lost: {problem}");
+            eprintln!("cyberos: telemetry: {problem}; that telemetry is lost");
         }
     }
 }
@@ -151,9 +151,19 @@ pub fn tool_call(info: &CallInfo<'_>) -> ToolCallSpan {
     ToolCallSpan::start(get(), info)
 }
 
-/// Starts `skill.frontmatter.validate`.
-pub fn frontmatter_validate(parent: Option<TraceContext>) -> ValidateSpan {
-    ValidateSpan::start(get(), parent)
+/// Starts `skill.frontmatter.validate`: a child of the process's `$TRACEPARENT` when it has a
+/// valid one, else a root (validation runs before an invocation, and so before `skill.invoke`).
+pub fn frontmatter_validate() -> ValidateSpan {
+    let telemetry = get();
+    let parent = telemetry.and_then(|_| env_traceparent());
+    ValidateSpan::start(telemetry, parent)
+}
+
+/// The process's own `$TRACEPARENT`, if valid: what `skill.invoke` is started under.
+pub fn env_traceparent() -> Option<TraceContext> {
+    std::env::var("TRACEPARENT")
+        .ok()
+        .and_then(|v| TraceContext::parse(v.trim()))
 }
 
 /// Counts bytes read from or written to a broker socket.

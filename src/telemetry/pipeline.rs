@@ -248,40 +248,50 @@ impl Telemetry {
         }
         drop(tx);
 
-        let mut failed = Vec::new();
+        let (mut failed, mut sdk_errors, mut late) = (Vec::new(), Vec::new(), Vec::new());
         while !pending.is_empty() {
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok((signal, result)) => {
                     pending.retain(|s| *s != signal);
                     if let Err(e) = result {
-                        failed.push(format!("{}: {e}", signal.name()));
+                        failed.push(signal.name());
+                        sdk_errors.push(e);
                     }
                 }
                 Err(_) => {
-                    let names: Vec<&str> = pending.iter().map(|s| s.name()).collect();
-                    failed.push(format!(
-                        "{} not sent within {} ms",
-                        names.join(", "),
-                        budget.as_millis()
-                    ));
+                    late = pending.iter().map(|s| s.name()).collect();
                     break;
                 }
             }
         }
-        if failed.is_empty() {
+        if failed.is_empty() && late.is_empty() {
             return Ok(());
         }
+        let mut what = Vec::new();
+        if !failed.is_empty() {
+            what.push(format!("failed to export {}", failed.join(", ")));
+        }
+        if !late.is_empty() {
+            what.push(format!(
+                "{} not sent within {} ms",
+                late.join(", "),
+                budget.as_millis()
+            ));
+        }
         // The SDK's own errors are generic ("network error"); the client knows the cause.
-        let causes: Vec<String> = self
+        let mut causes: Vec<String> = self
             .clients
             .iter()
             .filter_map(|c| c.last_failure())
             .collect();
         if causes.is_empty() {
-            Err(failed.join("; "))
-        } else {
-            Err(format!("{} ({})", failed.join("; "), causes.join("; ")))
+            causes = sdk_errors;
         }
+        let mut message = what.join("; ");
+        if !causes.is_empty() {
+            message.push_str(&format!(" ({})", causes.join("; ")));
+        }
+        Err(message)
     }
 }
 

@@ -6,5 +6,6 @@ mod man;
 mod scaffold;
 mod schema;
 mod sign;
+mod telemetry;
 mod util;
 mod validate;
