@@ -18,7 +18,7 @@ use super::landlock;
 use super::lifetime;
 use super::mounts;
 use super::protocol::{self, FromInit, START};
-use super::report::{Layer, LayerState};
+use super::report::{Layer, LayerState, Status};
 use super::seccomp::{self, Profile};
 use super::sys;
 
@@ -38,6 +38,8 @@ pub(crate) struct Setup<'a> {
     pub drop_identity: bool,
     /// Whether supplementary groups must be gone (they cannot be for an unprivileged broker).
     pub groups_required: bool,
+    /// Layers the operator switched off.
+    pub disable: &'a [Layer],
 }
 
 /// Signals the init and the supervisor handle through a signalfd; blocked before the fork so that
@@ -155,17 +157,21 @@ fn prepare(setup: &Setup<'_>) -> Result<Prepared, String> {
     // becomes dumpable again at execve, so the broker can still check its peers.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| fail("make the init non-dumpable", e))?;
     identity::set_no_new_privs().map_err(|e| fail("set no_new_privs", e))?;
-    layers.push((
-        Layer::Landlock,
-        landlock::restrict_sandbox(spec, host_view, true),
-    ));
+    if !setup.disable.contains(&Layer::Landlock) {
+        layers.push((
+            Layer::Landlock,
+            landlock::restrict_sandbox(spec, host_view, true),
+        ));
+    }
     let plan = env::plan(spec, host_view)?;
     let sigfd = signal_fd().map_err(|e| fail("create the signal descriptor", e))?;
     if !setup.pid_ns {
         // Without a pid namespace, orphans come to the init, which kills them at the end.
         sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1).map_err(|e| fail("become a subreaper", e))?;
     }
-    layers.push((Layer::Seccomp, seccomp::install(Profile::Sandbox)));
+    if !setup.disable.contains(&Layer::Seccomp) {
+        layers.push((Layer::Seccomp, seccomp::install(Profile::Sandbox)));
+    }
     let mut identity = identity::verify(setup.uid, setup.gid, setup.groups_required);
     if let Err(e) = caps {
         identity = LayerState::unavailable(format!("failed to drop capabilities: {e}"));
@@ -327,8 +333,10 @@ fn exec_program(setup: &Setup<'_>, plan: &ExecPlan) -> ! {
             exit(125);
         }
         // The init's domain still reads the host's /proc to find orphans; the program's does not.
-        if !landlock::restrict_sandbox(setup.spec, true, false).is_applied()
-            && landlock::kernel_abi() > 0
+        let landlock_wanted =
+            !setup.disable.contains(&Layer::Landlock) && landlock::kernel_abi() > 0;
+        if landlock_wanted
+            && landlock::restrict_sandbox(setup.spec, true, false).status == Status::Unavailable
         {
             let _unreported = writeln!(
                 std::io::stderr(),

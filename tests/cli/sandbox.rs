@@ -692,3 +692,66 @@ fn contains_peer_knows_the_sandbox_pid_namespace() {
     assert_eq!(exit, Exit::Signal(libc::SIGTERM));
     assert_eq!(processes_with(&token), Vec::<u32>::new());
 }
+
+#[test]
+fn switched_off_layers_are_reported_unavailable_with_the_reason() {
+    let world = World::new();
+    for unprivileged in [false, true] {
+        let mut cmd = world.cmd(["sandbox", "check", "--json"]);
+        cmd.env(sandbox::DISABLE_VAR, "user_ns,landlock");
+        let out = if unprivileged {
+            cmd.unprivileged().success()
+        } else {
+            cmd.success()
+        };
+        let json = out.json();
+        assert_eq!(json["complete"], false, "{}", out.report());
+        for layer in ["user_ns", "landlock"] {
+            assert_eq!(
+                json["layers"][layer]["status"],
+                "unavailable",
+                "{}",
+                out.report()
+            );
+            assert_eq!(
+                json["layers"][layer]["reason"],
+                "disabled by CYBEROS_SANDBOX_DISABLE",
+                "{}",
+                out.report()
+            );
+        }
+        assert_eq!(
+            json["layers"]["seccomp"]["status"],
+            "applied",
+            "{}",
+            out.report()
+        );
+        // Without its own user namespace the process count would be shared by the whole uid.
+        assert_eq!(
+            json["layers"]["limits"]["status"],
+            "degraded",
+            "{}",
+            out.report()
+        );
+        let reason = json["layers"]["limits"]["reason"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(reason.contains("RLIMIT_NPROC"), "{}", out.report());
+        // A root broker still gets every other namespace (created as root); an unprivileged one
+        // cannot create any without a user namespace, and says so.
+        let pid_ns = &json["layers"]["pid_ns"]["status"];
+        assert_eq!(
+            pid_ns,
+            if unprivileged {
+                "unavailable"
+            } else {
+                "applied"
+            },
+            "{}",
+            out.report()
+        );
+    }
+    let mut cmd = world.cmd(["sandbox", "check"]);
+    let out = cmd.env(sandbox::DISABLE_VAR, "user_ns,bogus").code(2);
+    out.assert_stderr_contains("\"bogus\"");
+}
