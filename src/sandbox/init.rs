@@ -320,8 +320,24 @@ fn kill_descendants_until_none() {
 /// The program's side of the fork: a clean signal state, its own session, fds 0–2 only, then
 /// `execve`. Never returns.
 fn exec_program(setup: &Setup<'_>, plan: &ExecPlan) -> ! {
-    // SAFETY: an empty mask restores default delivery; SIG_DFL for the signals the init handled.
+    // Every disposition back to default (the Rust runtime ignores SIGPIPE, and an ignored signal
+    // stays ignored across execve), then an empty mask, then a session of its own.
+    // The raw system call, because libc refuses to touch the signals it reserves (32, 33), which an
+    // ignoring parent may also have passed down.
+    // SAFETY: rt_sigaction with a zeroed kernel sigaction (SIG_DFL, no flags, empty mask) and no
+    // old-action pointer only changes this process's dispositions; SIGKILL/SIGSTOP fail with EINVAL.
+    // sigprocmask with an initialised empty set only changes this process's mask.
     unsafe {
+        let default = [0u64; 4];
+        for sig in 1..=64 {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                default.as_ptr(),
+                std::ptr::null_mut::<u8>(),
+                8usize,
+            );
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());

@@ -755,3 +755,33 @@ fn switched_off_layers_are_reported_unavailable_with_the_reason() {
     let out = cmd.env(sandbox::DISABLE_VAR, "user_ns,bogus").code(2);
     out.assert_stderr_contains("\"bogus\"");
 }
+
+#[test]
+fn the_program_starts_with_default_signal_dispositions() {
+    if !root_only() {
+        return;
+    }
+    // The Rust runtime ignores SIGPIPE, and an ignored signal stays ignored across execve: the
+    // program must not inherit that (nor a blocked mask) from the supervisor and init.
+    let spec = Spec::new(
+        "/bin/grep",
+        vec![
+            "-E".into(),
+            "^Sig(Ign|Blk)".into(),
+            "/proc/self/status".into(),
+        ],
+    );
+    let out =
+        sandbox::run_command_with_binary(Path::new(BIN), &spec, b"", Duration::from_secs(30), 4096)
+            .unwrap();
+    assert_eq!(
+        out.exit,
+        Exit::Code(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
+    );
+}
