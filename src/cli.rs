@@ -74,7 +74,9 @@ pub enum AuditMode {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  cyberos skill invoke ./examples/skills/hello-shell --json -- world")]
+#[command(
+    after_help = "Example:\n  cyberos skill invoke ./examples/skills/hello-shell --json -- world"
+)]
 pub struct InvokeArgs {
     /// A bundle directory (a path), or a skill id looked up in the skills directory.
     pub skill: String,
@@ -171,6 +173,9 @@ pub enum BrokerCommand {
     /// Rebuild an invocation's tool-call sequence from the journal.
     Replay(ReplayArgs),
     /// Check the journal's hash chain (exit 3 when broken).
+    #[command(
+        after_help = "Example:\n  cyberos skill broker verify || echo 'journal tampered with'"
+    )]
     Verify(HomeArgs),
     /// Remove journal rows older than DATE, keeping the chain verifiable.
     Prune(PruneArgs),
@@ -185,7 +190,9 @@ pub struct HomeArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  cyberos skill broker tail --invocation 0e3b1a2c-4f5d-4789-abcd-ef0123456789")]
+#[command(
+    after_help = "Example:\n  cyberos skill broker tail --invocation 0e3b1a2c-4f5d-4789-abcd-ef0123456789"
+)]
 pub struct TailArgs {
     /// The invocation id.
     #[arg(long, value_name = "ID")]
@@ -202,7 +209,9 @@ pub struct TailArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  cyberos skill broker replay --invocation 0e3b1a2c-4f5d-4789-abcd-ef0123456789 --json")]
+#[command(
+    after_help = "Example:\n  cyberos skill broker replay --invocation 0e3b1a2c-4f5d-4789-abcd-ef0123456789 --json"
+)]
 pub struct ReplayArgs {
     /// The invocation id.
     #[arg(long, value_name = "ID")]
@@ -229,7 +238,9 @@ pub struct PruneArgs {
 #[derive(Debug, Subcommand)]
 pub enum ToolCommand {
     /// Call one tool through the broker and print its result JSON.
-    #[command(after_help = "Example (inside a skill):\n  cyberos tool call MemoryRead '{\"path\":\"memories/notes/today.md\"}'")]
+    #[command(
+        after_help = "Example (inside a skill):\n  cyberos tool call MemoryRead '{\"path\":\"memories/notes/today.md\"}'"
+    )]
     Call(ToolCallArgs),
     /// List the tools this skill may call.
     #[command(after_help = "Example (inside a skill):\n  cyberos tool list")]

@@ -26,7 +26,10 @@ pub struct Coded {
 
 impl Coded {
     pub fn new(code: u8, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 }
 

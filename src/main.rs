@@ -8,7 +8,11 @@ fn main() -> ExitCode {
     let cli = match cyberos::cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
-            let code = if err.use_stderr() { cyberos::exit::USAGE } else { 0 };
+            let code = if err.use_stderr() {
+                cyberos::exit::USAGE
+            } else {
+                0
+            };
             // Printing help or a usage error can only fail on a closed stdout/stderr.
             if err.print().is_err() {
                 return ExitCode::from(code);

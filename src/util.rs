@@ -166,7 +166,9 @@ pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 /// Parses `1500ms`, `90s`, `2m`, `1h` (a bare number is seconds).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     let n: u64 = digits
         .parse()
@@ -176,7 +178,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "" | "s" => n.checked_mul(1000),
         "m" | "min" => n.checked_mul(60_000),
         "h" => n.checked_mul(3_600_000),
-        _ => return Err(format!("invalid duration {text:?}: unknown unit {unit:?} (use ms, s, m, h)")),
+        _ => {
+            return Err(format!(
+                "invalid duration {text:?}: unknown unit {unit:?} (use ms, s, m, h)"
+            ));
+        }
     };
     ms.map(Duration::from_millis)
         .ok_or_else(|| format!("invalid duration {text:?}: too large"))
@@ -201,7 +207,11 @@ impl TraceContext {
             trace_id.copy_from_slice(&bytes[..16]);
             span_id.copy_from_slice(&bytes[16..]);
             if trace_id != [0; 16] && span_id != [0; 8] {
-                return Self { trace_id, span_id, flags: 1 };
+                return Self {
+                    trace_id,
+                    span_id,
+                    flags: 1,
+                };
             }
         }
     }
@@ -234,7 +244,11 @@ impl TraceContext {
         if trace_id == [0; 16] || span_id == [0; 8] {
             return None;
         }
-        Some(Self { trace_id, span_id, flags: flag[0] })
+        Some(Self {
+            trace_id,
+            span_id,
+            flags: flag[0],
+        })
     }
 
     /// The same trace with a new span id (a child of this context).
@@ -256,7 +270,12 @@ impl TraceContext {
 
     /// The `traceparent` header value (version 00).
     pub fn header(&self) -> String {
-        format!("00-{}-{}-{:02x}", self.trace_id_hex(), self.span_id_hex(), self.flags)
+        format!(
+            "00-{}-{}-{:02x}",
+            self.trace_id_hex(),
+            self.span_id_hex(),
+            self.flags
+        )
     }
 }
 
@@ -276,7 +295,10 @@ mod tests {
     #[test]
     fn canonical_json_sorts_keys_and_drops_whitespace() {
         let v = json!({"b": [1, 2.5, "x"], "a": {"d": null, "c": true}, "é": "\n"});
-        assert_eq!(canonical_json(&v), r#"{"a":{"c":true,"d":null},"b":[1,2.5,"x"],"é":"\n"}"#);
+        assert_eq!(
+            canonical_json(&v),
+            r#"{"a":{"c":true,"d":null},"b":[1,2.5,"x"],"é":"\n"}"#
+        );
     }
 
     #[test]
@@ -291,12 +313,18 @@ mod tests {
     fn timestamps_are_utc_with_millis() {
         assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339_ms(1_795_939_200_123), "2026-11-29T08:00:00.123Z");
-        assert_eq!(days_from_civil(2026, 11, 29) * 86_400_000 + 8 * 3_600_000, 1_795_939_200_000);
+        assert_eq!(
+            days_from_civil(2026, 11, 29) * 86_400_000 + 8 * 3_600_000,
+            1_795_939_200_000
+        );
     }
 
     #[test]
     fn durations_parse_with_units() {
-        assert_eq!(parse_duration("1500ms").unwrap(), Duration::from_millis(1500));
+        assert_eq!(
+            parse_duration("1500ms").unwrap(),
+            Duration::from_millis(1500)
+        );
         assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("2x").is_err());
@@ -320,6 +348,9 @@ mod tests {
         ] {
             assert!(TraceContext::parse(bad).is_none(), "{bad}");
         }
-        assert!(TraceContext::parse("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-xy").is_some());
+        assert!(
+            TraceContext::parse("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-xy")
+                .is_some()
+        );
     }
 }

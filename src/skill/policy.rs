@@ -52,7 +52,10 @@ pub struct Policy {
 
 /// Compiles one glob the way every check uses it: `*` stays within a path segment, `**` crosses.
 pub fn compile_glob(pattern: &str) -> Result<globset::Glob, globset::Error> {
-    GlobBuilder::new(pattern).literal_separator(true).backslash_escape(true).build()
+    GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
 }
 
 fn compile_set(field: &'static str, patterns: &[String]) -> Result<GlobSet, GlobError> {
@@ -78,8 +81,11 @@ impl Policy {
     pub fn from_manifest(manifest: &Manifest) -> Result<Self, GlobError> {
         // Domain globs match the lowercased host without a trailing dot; `*` then spans any
         // number of labels (hosts contain no `/`), and `*.example.com` never matches the apex.
-        let domains: Vec<String> =
-            manifest.allowed_domains.iter().map(|d| d.trim_end_matches('.').to_ascii_lowercase()).collect();
+        let domains: Vec<String> = manifest
+            .allowed_domains
+            .iter()
+            .map(|d| d.trim_end_matches('.').to_ascii_lowercase())
+            .collect();
         Ok(Self {
             skill_id: manifest.id.clone(),
             allowed: manifest.allowed_tools.iter().copied().collect(),
@@ -87,7 +93,11 @@ impl Policy {
             memory: compile_set("allowed_memory_scopes", &manifest.allowed_memory_scopes)?,
             files: compile_set("x-allowed-files", &manifest.allowed_files)?,
             domains: compile_set("x-allowed-domains", &domains)?,
-            file_roots: manifest.allowed_files.iter().map(|p| literal_prefix(p)).collect(),
+            file_roots: manifest
+                .allowed_files
+                .iter()
+                .map(|p| literal_prefix(p))
+                .collect(),
         })
     }
 
@@ -113,7 +123,9 @@ impl Policy {
 
     /// The tools this skill may call, in registry order.
     pub fn callable_tools(&self) -> impl Iterator<Item = ToolName> + '_ {
-        ToolName::ALL.into_iter().filter(|t| self.allowed.contains(t) && !self.disallowed.contains(t))
+        ToolName::ALL
+            .into_iter()
+            .filter(|t| self.allowed.contains(t) && !self.disallowed.contains(t))
     }
 
     /// Is this canonical memory path (see [`canonical_memory_path`]) in scope?
@@ -136,7 +148,9 @@ impl Policy {
     /// Does any file glob possibly match something under `dir`? Used to refuse a Glob/Grep root
     /// outside every allowed tree.
     pub fn file_tree_allowed(&self, dir: &Path) -> bool {
-        self.file_roots().iter().any(|root| root.starts_with(dir) || dir.starts_with(root))
+        self.file_roots()
+            .iter()
+            .any(|root| root.starts_with(dir) || dir.starts_with(root))
     }
 
     /// The literal directory prefix of every file glob (the directories before the first segment
@@ -197,7 +211,10 @@ mod tests {
 
     #[test]
     fn literal_prefix_stops_at_the_first_meta_segment() {
-        assert_eq!(literal_prefix("/srv/data/**/*.md"), PathBuf::from("/srv/data"));
+        assert_eq!(
+            literal_prefix("/srv/data/**/*.md"),
+            PathBuf::from("/srv/data")
+        );
         assert_eq!(literal_prefix("/tmp/x.txt"), PathBuf::from("/tmp/x.txt"));
         assert_eq!(literal_prefix("/**"), PathBuf::from("/"));
     }

@@ -18,7 +18,10 @@ pub struct World {
 
 impl World {
     pub fn new() -> Self {
-        let dir = tempfile::Builder::new().prefix("cyberos-test-").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("cyberos-test-")
+            .tempdir()
+            .expect("tempdir");
         // The sandboxed skill runs as an unprivileged uid when tests run as root: it must be able
         // to reach bundles created here.
         set_mode(dir.path(), 0o755);
@@ -54,6 +57,17 @@ impl World {
         std::fs::write(dir.join("main"), main).expect("main");
         set_mode(&dir.join("main"), 0o755);
         dir
+    }
+
+    /// Copies `examples/skills/<name>` into this world (the checkout may sit where the sandbox uid
+    /// cannot reach it) and returns the copy's path.
+    pub fn example(&self, name: &str) -> PathBuf {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/skills")
+            .join(name);
+        let skill_md = std::fs::read_to_string(src.join("SKILL.md")).expect("example SKILL.md");
+        let main = std::fs::read_to_string(src.join("main")).expect("example main");
+        self.bundle(name, &skill_md, &main)
     }
 
     /// Writes a file (creating parents) and returns its path.
@@ -104,7 +118,11 @@ impl Cmd {
         Self { cmd, stdin: None }
     }
 
-    pub fn env(&mut self, key: impl AsRef<std::ffi::OsStr>, val: impl AsRef<std::ffi::OsStr>) -> &mut Self {
+    pub fn env(
+        &mut self,
+        key: impl AsRef<std::ffi::OsStr>,
+        val: impl AsRef<std::ffi::OsStr>,
+    ) -> &mut Self {
         self.cmd.env(key, val);
         self
     }
@@ -132,10 +150,15 @@ impl Cmd {
     pub fn unprivileged(mut self) -> Self {
         let program = self.cmd.get_program().to_owned();
         let args: Vec<OsString> = self.cmd.get_args().map(ToOwned::to_owned).collect();
-        let envs: Vec<(OsString, Option<OsString>)> =
-            self.cmd.get_envs().map(|(k, v)| (k.to_owned(), v.map(ToOwned::to_owned))).collect();
+        let envs: Vec<(OsString, Option<OsString>)> = self
+            .cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_owned(), v.map(ToOwned::to_owned)))
+            .collect();
         let mut cmd = Command::new("setpriv");
-        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(program).args(args);
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(program)
+            .args(args);
         for (k, v) in envs {
             match v {
                 Some(v) => cmd.env(k, v),
@@ -157,10 +180,17 @@ impl Cmd {
 
     pub fn spawn(&mut self) -> std::process::Child {
         self.cmd
-            .stdin(if self.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if self.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = self.cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", self.describe()));
+        let mut child = self
+            .cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.describe()));
         if let Some(data) = self.stdin.take() {
             let mut stdin = child.stdin.take().expect("stdin");
             stdin.write_all(&data).expect("write stdin");
@@ -172,7 +202,11 @@ impl Cmd {
         let started = Instant::now();
         let child = self.spawn();
         let output = child.wait_with_output().expect("wait");
-        Out { desc: self.describe(), output, elapsed: started.elapsed() }
+        Out {
+            desc: self.describe(),
+            output,
+            elapsed: started.elapsed(),
+        }
     }
 
     /// Runs and asserts the exit code.
@@ -228,12 +262,20 @@ impl Out {
     }
 
     pub fn assert_stderr_contains(&self, needle: &str) -> &Self {
-        assert!(self.stderr().contains(needle), "stderr lacks {needle:?}\n{}", self.report());
+        assert!(
+            self.stderr().contains(needle),
+            "stderr lacks {needle:?}\n{}",
+            self.report()
+        );
         self
     }
 
     pub fn assert_stdout_contains(&self, needle: &str) -> &Self {
-        assert!(self.stdout().contains(needle), "stdout lacks {needle:?}\n{}", self.report());
+        assert!(
+            self.stdout().contains(needle),
+            "stdout lacks {needle:?}\n{}",
+            self.report()
+        );
         self
     }
 }
