@@ -161,17 +161,19 @@ pub fn spawn_with_binary(
 /// lacks them (comma-separated layer names).
 pub const DISABLE_VAR: &str = "CYBEROS_SANDBOX_DISABLE";
 
-/// Layers that can be switched off: those a kernel may lack. The others cost nothing to apply.
-const DISABLEABLE: [Layer; 8] = [
-    Layer::UserNs,
-    Layer::PidNs,
-    Layer::NetNs,
-    Layer::MountNs,
-    Layer::IpcNs,
-    Layer::UtsNs,
-    Layer::Landlock,
-    Layer::Seccomp,
-];
+/// Whether `layer` can be switched off: only those a kernel may lack (the namespaces, Landlock,
+/// seccomp). The others cost nothing to apply and every kernel has them.
+fn disableable(layer: Layer) -> bool {
+    !matches!(
+        layer,
+        Layer::Env
+            | Layer::Fds
+            | Layer::Limits
+            | Layer::Identity
+            | Layer::Session
+            | Layer::Lifetime
+    )
+}
 
 fn disabled_layers() -> Result<Vec<Layer>, SandboxError> {
     let Ok(value) = std::env::var(DISABLE_VAR) else {
@@ -179,10 +181,17 @@ fn disabled_layers() -> Result<Vec<Layer>, SandboxError> {
     };
     let mut out = Vec::new();
     for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        match DISABLEABLE.iter().find(|l| l.name() == name) {
-            Some(layer) => out.push(*layer),
+        match Layer::ALL
+            .into_iter()
+            .find(|&l| l.name() == name && disableable(l))
+        {
+            Some(layer) => out.push(layer),
             None => {
-                let known: Vec<_> = DISABLEABLE.iter().map(|l| l.name()).collect();
+                let known: Vec<_> = Layer::ALL
+                    .into_iter()
+                    .filter(|&l| disableable(l))
+                    .map(Layer::name)
+                    .collect();
                 return Err(SandboxError::InvalidSpec(format!(
                     "{DISABLE_VAR} names {name:?}, which is not one of {}",
                     known.join(", ")
