@@ -5,6 +5,8 @@
 pub mod files;
 mod fsutil;
 pub mod memory;
+pub mod memory_search;
+pub mod search;
 mod sys;
 #[cfg(test)]
 mod testutil;
@@ -225,7 +227,10 @@ pub fn registry() -> &'static BTreeMap<ToolName, Box<dyn Tool>> {
             Box::new(files::Read),
             Box::new(files::Write),
             Box::new(files::Edit),
+            Box::new(search::Glob),
+            Box::new(search::Grep),
             Box::new(memory::MemoryRead),
+            Box::new(memory_search::MemorySearch),
             Box::new(memory::MemoryEmit),
         ];
         tools.into_iter().map(|t| (t.name(), t)).collect()
