@@ -4,6 +4,10 @@
 
 pub mod files;
 mod fsutil;
+pub mod http;
+mod http_guard;
+#[cfg(test)]
+mod http_tests;
 pub mod memory;
 pub mod memory_search;
 pub mod search;
@@ -232,6 +236,8 @@ pub fn registry() -> &'static BTreeMap<ToolName, Box<dyn Tool>> {
             Box::new(memory::MemoryRead),
             Box::new(memory_search::MemorySearch),
             Box::new(memory::MemoryEmit),
+            Box::new(http::HttpFetch),
+            Box::new(http::HttpPost),
         ];
         tools.into_iter().map(|t| (t.name(), t)).collect()
     })
