@@ -173,6 +173,9 @@ pub enum BrokerCommand {
     /// Rebuild an invocation's tool-call sequence from the journal.
     Replay(ReplayArgs),
     /// Check the journal's hash chain (exit 3 when broken).
+    #[command(
+        after_help = "Example:\n  cyberos skill broker verify || echo 'journal tampered with'"
+    )]
     Verify(HomeArgs),
     /// Remove journal rows older than DATE, keeping the chain verifiable.
     Prune(PruneArgs),

@@ -1,13 +1,25 @@
-//! Opening the journal and appending rows.
+//! Opening the journal and appending rows to its hash chain.
+//!
+//! Every append runs in its own `BEGIN IMMEDIATE` transaction: SQLite's write lock orders the
+//! appends of all processes sharing the file, and the previous row's hash is read under that
+//! lock, so concurrent invocations extend one chain. The last hash is kept in memory and trusted
+//! only while `PRAGMA data_version` says no other connection has committed since.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 
+use super::chain::{self, GENESIS, Hash};
+use super::identity::BrokerIdentity;
+use super::kind;
+use super::schema;
 use crate::util;
+
+/// How long a writer waits for another process's write lock before giving up on a row.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -17,6 +29,12 @@ pub enum JournalError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("failed to open journal {path}: it was written by a newer cyberos (layout {version})")]
+    NewerLayout { path: PathBuf, version: i64 },
+    #[error(
+        "failed to open journal {path}: it predates the hash chain; move it aside to start a new one"
+    )]
+    Unchained { path: PathBuf },
     #[error("failed to write journal row: {0}")]
     Write(#[source] rusqlite::Error),
     #[error("failed to read journal: {0}")]
@@ -38,84 +56,209 @@ impl Row {
     pub fn to_json(&self) -> Value {
         serde_json::json!({"seq": self.seq, "ts": self.ts, "kind": self.kind, "payload": self.payload})
     }
+
+    pub(super) fn from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        let payload: String = r.get(3)?;
+        Ok(Self {
+            seq: r.get(0)?,
+            ts: r.get(1)?,
+            kind: r.get(2)?,
+            payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
+        })
+    }
 }
 
-/// The process that runs an invocation's broker: a pid and its start time (clock ticks after
-/// boot, field 22 of /proc/PID/stat), so a reused pid is not mistaken for a live broker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BrokerIdentity {
-    pub pid: i32,
-    pub start_time: u64,
+/// One invocation as the broker registered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvocationRecord {
+    pub invocation_id: String,
+    pub skill_id: String,
+    pub broker: BrokerIdentity,
+    pub started_ms: i64,
+    pub completed_ms: Option<i64>,
 }
 
-impl BrokerIdentity {
-    /// This process.
-    pub fn current() -> Option<Self> {
-        let pid = std::process::id() as i32;
-        Some(Self {
-            pid,
-            start_time: process_start_time(pid)?,
+impl InvocationRecord {
+    pub(super) const COLUMNS: &'static str =
+        "invocation_id, skill_id, pid, pid_start, started_ms, completed_ms";
+
+    pub(super) fn from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            invocation_id: r.get(0)?,
+            skill_id: r.get(1)?,
+            broker: BrokerIdentity {
+                pid: r.get(2)?,
+                start_time: r.get::<_, i64>(3)? as u64,
+            },
+            started_ms: r.get(4)?,
+            completed_ms: r.get(5)?,
         })
     }
 
-    /// Is that very process still running?
-    pub fn is_alive(&self) -> bool {
-        process_start_time(self.pid) == Some(self.start_time)
+    /// Started, not completed, and its broker process is still the one that registered it.
+    pub fn is_active(&self) -> bool {
+        self.completed_ms.is_none() && self.broker.is_alive()
     }
 }
 
-/// Field 22 (starttime) of /proc/PID/stat. The command name (field 2) may hold spaces and `)`, so
-/// fields are counted after its last `)`.
-pub fn process_start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
+/// The newest row this connection knows of, valid while `data_version` is unchanged.
+#[derive(Debug, Clone, Copy)]
+struct Tip {
+    seq: i64,
+    hash: Hash,
+    data_version: i64,
+}
+
+pub(super) struct Inner {
+    pub(super) conn: Connection,
+    tip: Option<Tip>,
+}
+
+impl Inner {
+    /// Links and inserts one row inside the caller's write transaction. The tip is updated
+    /// optimistically: if the transaction then rolls back, the next append sees a different
+    /// `data_version` or finds the tip row missing, and re-reads.
+    pub(super) fn insert_row(
+        &mut self,
+        kind: &str,
+        payload: &Value,
+        payload_json: &str,
+    ) -> rusqlite::Result<i64> {
+        let conn = &self.conn;
+        let invocation_id = payload
+            .get("invocation_id")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let data_version: i64 = conn
+            .prepare_cached("PRAGMA data_version")?
+            .query_row([], |r| r.get(0))?;
+        let (last_seq, last_hash) = match self.tip.take() {
+            Some(t) if t.data_version == data_version => (t.seq, t.hash),
+            _ => read_tip(conn)?,
+        };
+        let seq = last_seq + 1;
+        // Taken under the write lock, so `ts` never goes backwards along the chain unless the
+        // clock itself does.
+        let ts_ms = util::now_ms();
+        let ts = util::rfc3339_ms(ts_ms);
+        let hash = chain::row_hash(&last_hash, seq, &ts, kind, payload_json);
+        conn.prepare_cached(
+            "INSERT INTO rows (seq, ts, ts_ms, kind, invocation_id, payload, prev_hash, hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?
+        .execute(params![
+            seq,
+            ts,
+            ts_ms,
+            kind,
+            invocation_id,
+            payload_json,
+            &last_hash[..],
+            &hash[..]
+        ])?;
+        if counted(kind) {
+            conn.prepare_cached(
+                "INSERT INTO day_counts (day, kind, n) VALUES (?1, ?2, 1)
+                 ON CONFLICT (day, kind) DO UPDATE SET n = n + 1",
+            )?
+            .execute(params![ts_ms.div_euclid(86_400_000), kind])?;
+        }
+        if kind == kind::INVOKED_COMPLETED {
+            conn.prepare_cached(
+                "UPDATE invocations SET completed_ms = ?2 WHERE invocation_id = ?1 AND completed_ms IS NULL",
+            )?
+            .execute(params![invocation_id, ts_ms])?;
+        }
+        // Our own commit does not change our data_version: the next append may trust the tip
+        // unless another connection commits in between.
+        self.tip = Some(Tip {
+            seq,
+            hash,
+            data_version,
+        });
+        Ok(seq)
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction: committed if it succeeds, rolled back (and
+    /// the cached tip forgotten, as it may name a row that was never committed) if not.
+    pub(super) fn write<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        let result = f(self).and_then(|value| {
+            self.conn.prepare_cached("COMMIT")?.execute([])?;
+            Ok(value)
+        });
+        if result.is_err() {
+            self.abandon();
+        }
+        result
+    }
+
+    /// Rolls back whatever transaction is open and forgets the tip.
+    fn abandon(&mut self) {
+        self.tip = None;
+        if !self.conn.is_autocommit() {
+            // Nothing more can be done about a failed rollback: the connection reports it again
+            // on its next statement.
+            if let Err(err) = self.conn.execute_batch("ROLLBACK") {
+                tracing::warn!("failed to roll back a journal transaction: {err}");
+            }
+        }
+    }
 }
 
 /// The journal: one SQLite connection behind a mutex, shareable between the broker's threads.
 pub struct Journal {
-    conn: Mutex<Connection>,
+    inner: Mutex<Inner>,
     path: PathBuf,
 }
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS rows (
-    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
-    ts            TEXT    NOT NULL,
-    ts_ms         INTEGER NOT NULL,
-    kind          TEXT    NOT NULL,
-    invocation_id TEXT    NOT NULL,
-    payload       TEXT    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS rows_by_invocation ON rows (invocation_id, seq);
-CREATE TABLE IF NOT EXISTS invocations (
-    invocation_id TEXT PRIMARY KEY,
-    skill_id      TEXT    NOT NULL,
-    pid           INTEGER NOT NULL,
-    pid_start     INTEGER NOT NULL,
-    started_ms    INTEGER NOT NULL,
-    completed_ms  INTEGER
-);
-";
 
 impl Journal {
     /// Opens (creating) `home/journal.db`.
     pub fn open(home: &Path) -> Result<Self, JournalError> {
+        Self::open_with(home.join("journal.db"), OpenFlags::default())
+    }
+
+    /// Opens `home/journal.db` if it exists, without creating it.
+    pub fn open_existing(home: &Path) -> Result<Option<Self>, JournalError> {
         let path = home.join("journal.db");
+        if !path.exists() {
+            return Ok(None);
+        }
+        let flags = OpenFlags::default() - OpenFlags::SQLITE_OPEN_CREATE;
+        Self::open_with(path, flags).map(Some)
+    }
+
+    fn open_with(path: PathBuf, flags: OpenFlags) -> Result<Self, JournalError> {
         let open_err = |source| JournalError::Open {
             path: path.clone(),
             source,
         };
-        let conn = Connection::open(&path).map_err(open_err)?;
-        conn.busy_timeout(Duration::from_secs(10))
+        let conn = Connection::open_with_flags(&path, flags).map_err(open_err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .map_err(open_err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(open_err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            // Switching needs a moment of exclusive access; a concurrent first open may hold
+            // it, and this pragma does not always go through the busy handler.
+            retry_busy(|| conn.pragma_update(None, "journal_mode", "WAL")).map_err(open_err)?;
+        }
+        // NORMAL in WAL mode: a committed row survives any process crash; only a power loss
+        // can take the newest commits with it. FULL would fsync on every tool call.
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(open_err)?;
-        conn.execute_batch(SCHEMA).map_err(open_err)?;
+        match retry_busy(|| schema::ensure(&conn)).map_err(open_err)? {
+            Ok(()) => {}
+            Err(schema::Mismatch::Newer(version)) => {
+                return Err(JournalError::NewerLayout { path, version });
+            }
+            Err(schema::Mismatch::Unchained) => return Err(JournalError::Unchained { path }),
+        }
         Ok(Self {
-            conn: Mutex::new(conn),
+            inner: Mutex::new(Inner { conn, tip: None }),
             path,
         })
     }
@@ -124,29 +267,24 @@ impl Journal {
         &self.path
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
-        // A panic while holding the lock cannot leave the connection half-written: SQLite rolls
-        // back an unfinished transaction, so the poisoned guard is still usable.
-        self.conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock may leave a transaction open: roll it back, and the
+        // connection is as good as new.
+        self.inner.lock().unwrap_or_else(|poisoned| {
+            let mut inner = poisoned.into_inner();
+            inner.abandon();
+            self.inner.clear_poison();
+            inner
+        })
     }
 
     /// Appends one row and returns its `seq`. `payload` must carry `invocation_id`, `skill_id`
-    /// and `trace_id`.
+    /// and `trace_id`. An `skill.invoked_completed` row also marks its invocation completed.
     pub fn append(&self, kind: &str, payload: &Value) -> Result<i64, JournalError> {
-        let ts_ms = util::now_ms();
-        let invocation_id = payload
-            .get("invocation_id")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let conn = self.lock();
-        conn.execute(
-            "INSERT INTO rows (ts, ts_ms, kind, invocation_id, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![util::rfc3339_ms(ts_ms), ts_ms, kind, invocation_id, payload.to_string()],
-        )
-        .map_err(JournalError::Write)?;
-        Ok(conn.last_insert_rowid())
+        let payload_json = util::canonical_json(payload);
+        self.lock()
+            .write(|inner| inner.insert_row(kind, payload, &payload_json))
+            .map_err(JournalError::Write)
     }
 
     /// Records that an invocation started under this broker; refuses an id already used.
@@ -156,8 +294,9 @@ impl Journal {
         skill_id: &str,
         broker: BrokerIdentity,
     ) -> Result<(), JournalError> {
-        let conn = self.lock();
-        let inserted = conn
+        let inserted = self
+            .lock()
+            .conn
             .execute(
                 "INSERT OR IGNORE INTO invocations (invocation_id, skill_id, pid, pid_start, started_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -170,11 +309,12 @@ impl Journal {
         Ok(())
     }
 
-    /// Marks an invocation finished.
+    /// Marks an invocation finished (appending its `skill.invoked_completed` row does too).
     pub fn complete_invocation(&self, invocation_id: &str) -> Result<(), JournalError> {
         self.lock()
+            .conn
             .execute(
-                "UPDATE invocations SET completed_ms = ?2 WHERE invocation_id = ?1",
+                "UPDATE invocations SET completed_ms = ?2 WHERE invocation_id = ?1 AND completed_ms IS NULL",
                 params![invocation_id, util::now_ms()],
             )
             .map_err(JournalError::Write)?;
@@ -186,40 +326,114 @@ impl Journal {
         &self,
         invocation_id: &str,
     ) -> Result<Option<(BrokerIdentity, bool)>, JournalError> {
-        self.lock()
-            .query_row(
-                "SELECT pid, pid_start, completed_ms IS NOT NULL FROM invocations WHERE invocation_id = ?1",
-                params![invocation_id],
-                |r| {
-                    Ok((
-                        BrokerIdentity { pid: r.get(0)?, start_time: r.get::<_, i64>(1)? as u64 },
-                        r.get(2)?,
-                    ))
-                },
-            )
-            .optional()
+        Ok(self
+            .invocation(invocation_id)?
+            .map(|i| (i.broker, i.completed_ms.is_some())))
+    }
+
+    /// A registered invocation; None if unknown.
+    pub fn invocation(
+        &self,
+        invocation_id: &str,
+    ) -> Result<Option<InvocationRecord>, JournalError> {
+        let inner = self.lock();
+        let sql = format!(
+            "SELECT {} FROM invocations WHERE invocation_id = ?1",
+            InvocationRecord::COLUMNS
+        );
+        inner
+            .conn
+            .prepare_cached(&sql)
+            .and_then(|mut s| {
+                s.query_row(params![invocation_id], InvocationRecord::from_sql)
+                    .optional()
+            })
             .map_err(JournalError::Read)
     }
 
     /// All rows of one invocation with `seq > after`, in order.
     pub fn rows_for(&self, invocation_id: &str, after: i64) -> Result<Vec<Row>, JournalError> {
-        let conn = self.lock();
-        let mut stmt = conn
+        let inner = self.lock();
+        let mut stmt = inner
+            .conn
             .prepare_cached(
                 "SELECT seq, ts, kind, payload FROM rows WHERE invocation_id = ?1 AND seq > ?2 ORDER BY seq",
             )
             .map_err(JournalError::Read)?;
         let rows = stmt
-            .query_map(params![invocation_id, after], |r| {
-                let payload: String = r.get(3)?;
-                Ok(Row {
-                    seq: r.get(0)?,
-                    ts: r.get(1)?,
-                    kind: r.get(2)?,
-                    payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
-                })
-            })
+            .query_map(params![invocation_id, after], Row::from_sql)
             .map_err(JournalError::Read)?;
         rows.collect::<Result<_, _>>().map_err(JournalError::Read)
+    }
+
+    /// Changes whenever another connection commits: a cheap "anything new?" for followers.
+    pub fn data_version(&self) -> Result<i64, JournalError> {
+        self.lock()
+            .conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(JournalError::Read)
+    }
+}
+
+/// Kinds that `broker status` counts per UTC day.
+fn counted(kind: &str) -> bool {
+    matches!(
+        kind,
+        kind::TOOL_CALL_STARTED | kind::TOOL_DENIED | kind::TIMEOUT | kind::INVOKED_STARTED
+    )
+}
+
+/// The seq and hash the next row links to: the newest row, else the latest checkpoint, else
+/// genesis. The seq never reuses one handed out before (AUTOINCREMENT's high-water mark), so a
+/// row deleted from the end by hand stays visible as a gap.
+pub(super) fn read_tip(conn: &Connection) -> rusqlite::Result<(i64, Hash)> {
+    let last: Option<(i64, Vec<u8>)> = conn
+        .prepare_cached("SELECT seq, hash FROM rows ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let (seq, hash) = match last {
+        Some(last) => last,
+        None => checkpoint_anchor(conn)?.map_or((0, GENESIS.to_vec()), |(s, h)| (s, h.to_vec())),
+    };
+    Ok((
+        seq.max(high_water(conn)?),
+        hash.as_slice().try_into().unwrap_or(GENESIS),
+    ))
+}
+
+/// The highest seq ever handed out (AUTOINCREMENT's high-water mark), 0 for a new journal.
+pub(super) fn high_water(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached("SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'rows'")?
+        .query_row([], |r| r.get(0))
+}
+
+/// The latest checkpoint: every row up to its seq was pruned; its hash anchors the next row.
+pub(super) fn checkpoint_anchor(conn: &Connection) -> rusqlite::Result<Option<(i64, Hash)>> {
+    let cp: Option<(i64, Vec<u8>)> = conn
+        .prepare_cached(
+            "SELECT through_seq, hash FROM checkpoints ORDER BY through_seq DESC LIMIT 1",
+        )?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(cp.map(|(seq, hash)| (seq, hash.as_slice().try_into().unwrap_or(GENESIS))))
+}
+
+/// Retries an operation that may fail with SQLITE_BUSY outside the busy handler (changing the
+/// journal mode, the first creation of the tables) for up to [`BUSY_TIMEOUT`].
+fn retry_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match f() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
     }
 }
