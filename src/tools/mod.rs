@@ -2,6 +2,7 @@
 //! dispatches through. Tools know nothing of sockets or JSON-RPC: they take parsed arguments and a
 //! [`CallContext`], and return a JSON result or a [`ToolError`].
 
+pub mod bash;
 pub mod files;
 mod fsutil;
 pub mod http;
@@ -233,6 +234,7 @@ pub fn registry() -> &'static BTreeMap<ToolName, Box<dyn Tool>> {
             Box::new(files::Edit),
             Box::new(search::Glob),
             Box::new(search::Grep),
+            Box::new(bash::Bash),
             Box::new(memory::MemoryRead),
             Box::new(memory_search::MemorySearch),
             Box::new(memory::MemoryEmit),

@@ -9,5 +9,6 @@ mod sandbox;
 mod scaffold;
 mod schema;
 mod sign;
+mod tools;
 mod util;
 mod validate;
