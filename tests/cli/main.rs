@@ -10,5 +10,6 @@ mod sandbox_lib;
 mod scaffold;
 mod schema;
 mod sign;
+mod tools;
 mod util;
 mod validate;
