@@ -11,3 +11,6 @@ pub const MEMORY_EMITTED: &str = "memory.emitted";
 /// The journal's own record of a `broker prune`: it belongs to no invocation, so its payload
 /// carries `before`, `through_seq`, `through_hash` and `rows_removed` instead of the ids.
 pub const JOURNAL_PRUNED: &str = "journal.pruned";
+/// A connection to the broker socket from a process outside the invocation's sandbox, closed
+/// unanswered (`peer_pid`, `peer_uid`).
+pub const CONNECTION_REFUSED: &str = "skill.connection_refused";

@@ -2,9 +2,19 @@
 //! dispatches through. Tools know nothing of sockets or JSON-RPC: they take parsed arguments and a
 //! [`CallContext`], and return a JSON result or a [`ToolError`].
 
+pub mod files;
+mod fsutil;
+pub mod memory;
+pub mod memory_search;
+pub mod search;
+mod sys;
+#[cfg(test)]
+mod testutil;
+
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -179,4 +189,55 @@ pub fn parse_args<T: serde::de::DeserializeOwned>(args: &Value) -> Result<T, Too
         return Err(ToolError::invalid("args must be a JSON object"));
     }
     T::deserialize(args).map_err(|e| ToolError::invalid(e.to_string()))
+}
+
+/// A body as JSON: the text when it is UTF-8, else base64 with `"base64"` as its encoding. When
+/// `truncated`, a multi-byte character cut by the cap is dropped rather than forcing base64.
+/// Returns the bytes actually represented (what `content_hash` covers), the string and the encoding.
+pub(crate) fn encode_body(
+    mut bytes: Vec<u8>,
+    truncated: bool,
+) -> (Vec<u8>, String, Option<&'static str>) {
+    use base64::Engine as _;
+    let valid = match std::str::from_utf8(&bytes) {
+        Ok(_) => Some(bytes.len()),
+        Err(e) if truncated && e.error_len().is_none() => Some(e.valid_up_to()),
+        Err(_) => None,
+    };
+    match valid {
+        Some(len) => {
+            bytes.truncate(len);
+            // Lossless: the first `len` bytes are valid UTF-8.
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            (bytes, text, None)
+        }
+        None => {
+            let text = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            (bytes, text, Some("base64"))
+        }
+    }
+}
+
+/// Every native tool, by name. Built once; the tools are stateless, so looking one up is a map
+/// lookup and calling it borrows nothing mutable.
+pub fn registry() -> &'static BTreeMap<ToolName, Box<dyn Tool>> {
+    static REGISTRY: OnceLock<BTreeMap<ToolName, Box<dyn Tool>>> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let tools: Vec<Box<dyn Tool>> = vec![
+            Box::new(files::Read),
+            Box::new(files::Write),
+            Box::new(files::Edit),
+            Box::new(search::Glob),
+            Box::new(search::Grep),
+            Box::new(memory::MemoryRead),
+            Box::new(memory_search::MemorySearch),
+            Box::new(memory::MemoryEmit),
+        ];
+        tools.into_iter().map(|t| (t.name(), t)).collect()
+    })
+}
+
+/// The registered tool of this name, if any.
+pub fn tool(name: ToolName) -> Option<&'static dyn Tool> {
+    registry().get(&name).map(|t| t.as_ref())
 }

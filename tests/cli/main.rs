@@ -1,4 +1,13 @@
 //! The one integration-test binary: every test drives the real `cyberos` binary.
 
 mod broker;
+mod fixtures;
+mod invoke;
+mod list;
+mod man;
+mod sandbox;
+mod scaffold;
+mod schema;
+mod sign;
 mod util;
+mod validate;
