@@ -11,5 +11,6 @@ mod scaffold;
 mod schema;
 mod sign;
 mod telemetry;
+mod tools;
 mod util;
 mod validate;
