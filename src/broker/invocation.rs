@@ -17,6 +17,7 @@ use crate::journal::{BrokerIdentity, Journal, JournalError, kind};
 use crate::sandbox::{self, Exit};
 use crate::skill::manifest::Manifest;
 use crate::skill::policy::Policy;
+use crate::telemetry;
 use crate::tools::{self, Invocation, ResolvePin};
 use crate::util::{self, TraceContext};
 
@@ -172,6 +173,15 @@ fn prepare_dir(path: &Path, mode: u32) -> Result<(), InvokeError> {
 pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
     let started = Instant::now();
     let started_ms = util::now_ms();
+    let invoke_span = telemetry::invoke_span(
+        req.parent_trace,
+        &telemetry::InvokeInfo {
+            invocation_id: &req.invocation_id,
+            skill_id: &req.manifest.id,
+            skill_version: &req.manifest.version.to_string(),
+            tenant_id: &req.tenant_id,
+        },
+    );
     let identity = sandbox::default_run_as();
     if let Some((uid, gid)) = identity {
         accessible_as(&req.bundle_dir, uid, gid, 0o5)
@@ -222,9 +232,8 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
     create_private_dir(&scratch, identity)?;
     cleanup.paths.push(scratch.clone());
 
-    let trace = req
-        .parent_trace
-        .map_or_else(TraceContext::new_root, |p| p.child());
+    // `skill.invoke`'s context: a child of $TRACEPARENT, else a new root.
+    let trace = invoke_span.trace_context();
     let deadline = started + req.budget;
     let deadline_ms = started_ms + req.budget.as_millis() as i64;
     let policy = Policy::from_manifest(&req.manifest).map_err(|e| InvokeError::Prepare {
@@ -339,6 +348,7 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
     let mut summary = finish(&shared, &req, &outcome, started, report);
     // Every writer of the pipe was in the sandbox, which is gone: the relay sees EOF.
     summary.needs_newline = relay.is_some_and(|r| r.join().unwrap_or(false));
+    invoke_span.end(&telemetry::InvokeEnd::from_summary(&summary.json));
     Ok(summary)
 }
 

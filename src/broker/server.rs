@@ -21,6 +21,7 @@ use crate::broker::jsonrpc;
 use crate::broker::pool::Pool;
 use crate::journal::kind;
 use crate::sandbox::{Exit, Sandbox};
+use crate::telemetry;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -326,6 +327,7 @@ impl Loop {
                 }
                 Ok(n) => {
                     budget -= n;
+                    telemetry::socket_bytes(telemetry::Direction::Rx, n);
                     conn.decoder.feed(&buf[..n], &mut frames);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -397,7 +399,10 @@ impl Loop {
         while conn.out_pos < conn.out.len() {
             match conn.stream.write(&conn.out[conn.out_pos..]) {
                 Ok(0) => break,
-                Ok(n) => conn.out_pos += n,
+                Ok(n) => {
+                    telemetry::socket_bytes(telemetry::Direction::Tx, n);
+                    conn.out_pos += n;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {

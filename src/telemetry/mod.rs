@@ -32,7 +32,7 @@ pub use spans::{
     TOOL_CALL, ToolCallSpan, ValidateSpan, tool_span_name,
 };
 
-use crate::journal::Row;
+use crate::journal::Journal;
 use crate::util::TraceContext;
 use pipeline::Telemetry;
 
@@ -174,11 +174,20 @@ pub fn socket_bytes(direction: Direction, bytes: usize) {
     }
 }
 
-/// Exports one journal row as a log record carrying `trace` (the call's span, or the
-/// invocation's for invocation-level rows).
-pub fn export_journal_row(row: &Row, trace: Option<TraceContext>) {
-    if let Some(telemetry) = get() {
-        logs::export_row(telemetry, row, trace);
+/// Exports the journal row `seq` of `invocation_id`, just appended, as a log record carrying
+/// `trace` (the ids of the row's call, or of the invocation for its own rows). Reads the row
+/// back (for its `ts`) only when logs are exported; otherwise does nothing.
+pub fn export_journal_row(journal: &Journal, invocation_id: &str, seq: i64, trace: &TraceContext) {
+    let Some(telemetry) = get().filter(|t| t.logger.is_some()) else {
+        return;
+    };
+    match journal.rows_for(invocation_id, seq - 1) {
+        Ok(rows) => {
+            if let Some(row) = rows.iter().find(|r| r.seq == seq) {
+                logs::export_row(telemetry, row, Some(*trace));
+            }
+        }
+        Err(e) => tracing::warn!("failed to read back journal row {seq} for export: {e}"),
     }
 }
 

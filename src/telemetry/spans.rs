@@ -80,8 +80,8 @@ pub struct CallInfo<'a> {
     pub call_id: &'a str,
     /// The JSON-RPC request id; `None` for a notification.
     pub request_id: Option<&'a Value>,
-    /// Length of the `args` JSON as received.
-    pub args_size_bytes: usize,
+    /// The call's `args` (their serialised size is measured only when traces are exported).
+    pub args: &'a Value,
     /// The call's trace context: its valid `traceparent`, else the invocation's.
     pub trace: TraceContext,
 }
@@ -101,10 +101,24 @@ pub struct InvokeInfo<'a> {
 pub struct InvokeEnd<'a> {
     /// `success`, `failure`, `panic`, `killed`, `timeout` or `interrupted`.
     pub outcome: &'a str,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
+    pub exit_code: Option<i64>,
+    /// The name of the signal the skill died of (`SIGKILL`), if it did.
+    pub signal: Option<&'a str>,
     pub tool_calls: u64,
     pub denied: u64,
+}
+
+impl<'a> InvokeEnd<'a> {
+    /// From `invoke --json`'s summary object (CONTRACT §2), which holds exactly these values.
+    pub fn from_summary(summary: &'a Value) -> Self {
+        Self {
+            outcome: summary["outcome"].as_str().unwrap_or("failure"),
+            exit_code: summary["exit_code"].as_i64(),
+            signal: summary["signal"].as_str(),
+            tool_calls: summary["tool_calls"].as_u64().unwrap_or(0),
+            denied: summary["denied"].as_u64().unwrap_or(0),
+        }
+    }
 }
 
 pub(crate) fn remote_parent(parent: TraceContext) -> Context {
@@ -143,6 +157,24 @@ fn request_id_text(id: &Value) -> String {
         Value::Null => String::new(),
         other => skill_value(&other.to_string()),
     }
+}
+
+/// The length of a value's JSON text, counted without building it.
+fn json_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail, and a `Value` always serialises.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 fn start(
@@ -242,10 +274,10 @@ impl InvokeSpan {
                 KeyValue::new("denied", end.denied as i64),
             ]);
             if let Some(code) = end.exit_code {
-                span.set_attribute(KeyValue::new("exit_code", i64::from(code)));
+                span.set_attribute(KeyValue::new("exit_code", code));
             }
             if let Some(signal) = end.signal {
-                span.set_attribute(KeyValue::new("signal", i64::from(signal)));
+                span.set_attribute(KeyValue::new("signal", signal.to_owned()));
             }
             if end.outcome != "success" {
                 fail(cx, end.outcome);
@@ -300,7 +332,7 @@ impl ToolCallSpan {
                 KeyValue::new("skill_id", info.skill_id.to_owned()),
                 KeyValue::new("tool_name", tool.clone()),
                 KeyValue::new("invocation_id", info.invocation_id.to_owned()),
-                KeyValue::new("args_size_bytes", info.args_size_bytes as i64),
+                KeyValue::new("args_size_bytes", json_size(info.args) as i64),
                 KeyValue::new("gen_ai.operation.name", "execute_tool"),
                 KeyValue::new("gen_ai.tool.name", tool),
                 KeyValue::new("gen_ai.tool.call.id", info.call_id.to_owned()),
@@ -350,9 +382,15 @@ impl ToolCallSpan {
         ChildSpan { cx }
     }
 
-    /// Ends the span. `error_type` names the failure for `error.type` (the JSON-RPC error's
-    /// `data.reason` or the tool error's `kind`); it defaults to the outcome.
-    pub fn end(mut self, outcome: Outcome, result_size_bytes: usize, error_type: Option<&str>) {
+    /// True when this call is traced (a traces exporter is configured).
+    pub fn is_recording(&self) -> bool {
+        self.active.as_ref().is_some_and(|a| a.cx.is_some())
+    }
+
+    /// Ends the span. `result` is the tool's result (its size is measured only when traced);
+    /// `error_type` names the failure for `error.type` (the JSON-RPC error's `data.reason` or
+    /// the tool error's `kind`) and defaults to the outcome.
+    pub fn end(mut self, outcome: Outcome, result: Option<&Value>, error_type: Option<&str>) {
         let Some(active) = self.active.take() else {
             return;
         };
@@ -365,7 +403,7 @@ impl ToolCallSpan {
             span.set_attributes([
                 KeyValue::new("outcome", outcome.as_str()),
                 KeyValue::new("duration_ms", elapsed.as_millis() as i64),
-                KeyValue::new("result_size_bytes", result_size_bytes as i64),
+                KeyValue::new("result_size_bytes", result.map_or(0, json_size) as i64),
             ]);
             if outcome != Outcome::Success {
                 fail(cx, error_type.unwrap_or(outcome.as_str()));

@@ -18,6 +18,7 @@ use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::journal::Row;
 use crate::tools::ToolName;
 
 #[derive(Debug, Clone, Default)]
@@ -156,10 +157,13 @@ fn call_info<'a>(
         tool_name: tool,
         call_id,
         request_id: id,
-        args_size_bytes: 17,
+        args: &ARGS,
         trace,
     }
 }
+
+static ARGS: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| json!({"command": "echo hi"}));
 
 const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
@@ -184,7 +188,11 @@ fn tool_call_span_is_a_child_of_the_skills_traceparent() {
         "with traces on, requests carry the child span"
     );
     child.end(None);
-    span.end(Outcome::Success, 42, None);
+    span.end(
+        Outcome::Success,
+        Some(&json!({"exit_code": 0, "stdout": "hi\n"})),
+        None,
+    );
 
     let spans = h.spans();
     let call = spans.iter().find(|s| s.name == TOOL_CALL).unwrap();
@@ -218,8 +226,8 @@ fn tool_call_span_is_a_child_of_the_skills_traceparent() {
             "{key}"
         );
     }
-    assert_eq!(attr(call, "args_size_bytes"), Some(&AttrValue::I64(17)));
-    assert_eq!(attr(call, "result_size_bytes"), Some(&AttrValue::I64(42)));
+    assert_eq!(attr(call, "args_size_bytes"), Some(&AttrValue::I64(21)));
+    assert_eq!(attr(call, "result_size_bytes"), Some(&AttrValue::I64(31)));
     assert!(matches!(attr(call, "duration_ms"), Some(AttrValue::I64(ms)) if *ms >= 0));
     assert!(attr(call, "error.type").is_none());
     assert_eq!(call.status, Status::Unset);
@@ -234,25 +242,25 @@ fn denials_and_failures_are_errors_and_counted() {
         Some(h.telemetry),
         &call_info("Read", "c-1", trace, Some(&num)),
     )
-    .end(Outcome::Success, 1, None);
+    .end(Outcome::Success, None, None);
     ToolCallSpan::start(Some(h.telemetry), &call_info("Read", "c-2", trace, None)).end(
         Outcome::Success,
-        1,
+        None,
         None,
     );
     ToolCallSpan::start(Some(h.telemetry), &call_info("Bash", "c-3", trace, None)).end(
         Outcome::Denied,
-        0,
+        None,
         Some("tool_not_in_allowed_tools"),
     );
     ToolCallSpan::start(Some(h.telemetry), &call_info("Nope", "c-4", trace, None)).end(
         Outcome::Denied,
-        0,
+        None,
         None,
     );
     ToolCallSpan::start(Some(h.telemetry), &call_info("Bash", "c-5", trace, None)).end(
         Outcome::Timeout,
-        0,
+        None,
         Some("deadline"),
     );
 
@@ -341,14 +349,9 @@ fn invoke_span_is_root_or_child_of_traceparent_and_tracks_active_invocations() {
     let root = InvokeSpan::start(Some(h.telemetry), None, &info);
     assert_eq!(child.trace_context().trace_id, parent.trace_id);
     assert_ne!(root.trace_context().trace_id, parent.trace_id);
-    let end = InvokeEnd {
-        outcome: "success",
-        exit_code: Some(0),
-        signal: None,
-        tool_calls: 3,
-        denied: 1,
-    };
-    child.end(&end);
+    let summary =
+        json!({"outcome": "success", "exit_code": 0, "signal": null, "tool_calls": 3, "denied": 1});
+    child.end(&InvokeEnd::from_summary(&summary));
     let spans = h.spans();
     let s = spans.iter().find(|s| s.name == INVOKE).unwrap();
     assert_eq!(s.parent_span_id.to_bytes(), parent.span_id);
@@ -445,7 +448,7 @@ fn everything_is_a_no_op_without_telemetry() {
         "without traces the call's traceparent is forwarded unchanged"
     );
     child.end(Some("x"));
-    span.end(Outcome::Error, 0, None);
+    span.end(Outcome::Error, None, None);
     let info = InvokeInfo {
         invocation_id: "i",
         skill_id: "s",
