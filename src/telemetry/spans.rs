@@ -49,9 +49,10 @@ pub fn tool_span_name(tool: ToolName) -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Success,
-    /// The tool ran and failed, or the arguments were invalid.
+    /// The tool ran and failed, or the broker could not audit the call.
     Error,
-    /// A policy check refused the call (tool, scope, file or domain).
+    /// A policy check refused the call (tool, scope, file or domain), or its arguments were
+    /// invalid.
     Denied,
     /// The invocation's deadline or the tool's own timeout ended the call.
     Timeout,
