@@ -42,6 +42,7 @@ pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(2);
 /// The process's providers, set once by [`init`]; empty when telemetry is off.
 static TELEMETRY: OnceLock<Telemetry> = OnceLock::new();
 
+#[inline]
 fn get() -> Option<&'static Telemetry> {
     TELEMETRY.get()
 }
@@ -128,15 +129,9 @@ impl Drop for Guard {
     }
 }
 
-/// True when any exporter was built. Hooks need not check it; it is for callers that would do
-/// extra work (read a row back) only to hand it to telemetry.
+/// True when any exporter was built. Hooks need not check it.
 pub fn enabled() -> bool {
     get().is_some()
-}
-
-/// True when journal rows are exported as log records.
-pub fn logs_enabled() -> bool {
-    get().is_some_and(|t| t.logger.is_some())
 }
 
 /// Starts `skill.invoke`: a child of the broker's `$TRACEPARENT` when there is one, else a root.
@@ -159,11 +154,11 @@ pub fn frontmatter_validate() -> ValidateSpan {
     ValidateSpan::start(telemetry, parent)
 }
 
-/// The process's own `$TRACEPARENT`, if valid: what `skill.invoke` is started under.
-pub fn env_traceparent() -> Option<TraceContext> {
+/// The process's own `$TRACEPARENT`, if valid (`skill invoke` reads it the same way).
+fn env_traceparent() -> Option<TraceContext> {
     std::env::var("TRACEPARENT")
         .ok()
-        .and_then(|v| TraceContext::parse(v.trim()))
+        .and_then(|v| TraceContext::parse(&v))
 }
 
 /// Counts bytes read from or written to a broker socket.

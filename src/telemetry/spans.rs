@@ -311,7 +311,8 @@ impl Drop for InvokeSpan {
 #[derive(Debug)]
 #[must_use = "end the span with its outcome"]
 pub struct ToolCallSpan {
-    active: Option<ActiveCall>,
+    // Boxed so that the disabled guard is one null pointer moved around.
+    active: Option<Box<ActiveCall>>,
 }
 
 #[derive(Debug)]
@@ -322,11 +323,44 @@ struct ActiveCall {
     cx: Option<Context>,
 }
 
+// The hooks are split into an inlined check and an out-of-line body, so that with telemetry off
+// a tool call pays for a few branches and nothing else (benches/telemetry_overhead.rs).
 impl ToolCallSpan {
+    #[inline]
     pub(crate) fn start(telemetry: Option<&'static Telemetry>, info: &CallInfo<'_>) -> Self {
-        let Some(telemetry) = telemetry else {
-            return Self { active: None };
-        };
+        Self {
+            active: telemetry.map(|t| ActiveCall::start(t, info)),
+        }
+    }
+
+    /// The ids of this span when traces are exported: journal rows of the call are exported as
+    /// log records carrying them.
+    #[inline]
+    pub fn trace_context(&self) -> Option<TraceContext> {
+        self.active.as_ref()?.cx.as_ref().and_then(context_of)
+    }
+
+    /// A child span around the tool's own work (see [`tool_span_name`]).
+    #[inline]
+    pub fn child(&self, name: &'static str) -> ChildSpan {
+        ChildSpan {
+            cx: self.active.as_ref().and_then(|a| a.child(name)),
+        }
+    }
+
+    /// Ends the span. `result` is the tool's result (its size is measured only when traced);
+    /// `error_type` names the failure for `error.type` (the JSON-RPC error's `data.reason` or
+    /// the tool error's `kind`) and defaults to the outcome.
+    #[inline]
+    pub fn end(mut self, outcome: Outcome, result: Option<&Value>, error_type: Option<&str>) {
+        if let Some(active) = self.active.take() {
+            active.end(outcome, result, error_type);
+        }
+    }
+}
+
+impl ActiveCall {
+    fn start(telemetry: &'static Telemetry, info: &CallInfo<'_>) -> Box<Self> {
         let cx = telemetry.tracer.as_ref().and_then(|_| {
             let tool = skill_value(info.tool_name);
             let mut attributes = vec![
@@ -353,48 +387,26 @@ impl ToolCallSpan {
                 attributes,
             )
         });
-        Self {
-            active: Some(ActiveCall {
-                telemetry,
-                started: Instant::now(),
-                tool_label: tool_label(info.tool_name),
-                cx,
-            }),
-        }
+        Box::new(ActiveCall {
+            telemetry,
+            started: Instant::now(),
+            tool_label: tool_label(info.tool_name),
+            cx,
+        })
     }
 
-    /// The ids of this span when traces are exported: journal rows of the call are exported as
-    /// log records carrying them.
-    pub fn trace_context(&self) -> Option<TraceContext> {
-        self.active.as_ref()?.cx.as_ref().and_then(context_of)
-    }
-
-    /// A child span around the tool's own work (see [`tool_span_name`]).
-    pub fn child(&self, name: &'static str) -> ChildSpan {
-        let cx = self.active.as_ref().and_then(|a| {
-            let parent = a.cx.as_ref()?;
-            let kind = if name.starts_with("skill.tool.http.") {
-                SpanKind::Client
-            } else {
-                SpanKind::Internal
-            };
-            start(a.telemetry, name, kind, parent, Vec::new())
-        });
-        ChildSpan { cx }
-    }
-
-    /// True when this call is traced (a traces exporter is configured).
-    pub fn is_recording(&self) -> bool {
-        self.active.as_ref().is_some_and(|a| a.cx.is_some())
-    }
-
-    /// Ends the span. `result` is the tool's result (its size is measured only when traced);
-    /// `error_type` names the failure for `error.type` (the JSON-RPC error's `data.reason` or
-    /// the tool error's `kind`) and defaults to the outcome.
-    pub fn end(mut self, outcome: Outcome, result: Option<&Value>, error_type: Option<&str>) {
-        let Some(active) = self.active.take() else {
-            return;
+    fn child(&self, name: &'static str) -> Option<Context> {
+        let parent = self.cx.as_ref()?;
+        let kind = if name.starts_with("skill.tool.http.") {
+            SpanKind::Client
+        } else {
+            SpanKind::Internal
         };
+        start(self.telemetry, name, kind, parent, Vec::new())
+    }
+
+    fn end(self: Box<Self>, outcome: Outcome, result: Option<&Value>, error_type: Option<&str>) {
+        let active = self;
         let elapsed = active.started.elapsed();
         if let Some(instruments) = &active.telemetry.instruments {
             instruments.tool_call(active.tool_label, outcome.as_str(), elapsed.as_secs_f64());
@@ -422,25 +434,32 @@ pub struct ChildSpan {
 
 impl ChildSpan {
     /// The ids of this span when traces are exported.
+    #[inline]
     pub fn trace_context(&self) -> Option<TraceContext> {
         self.cx.as_ref().and_then(context_of)
     }
 
     /// The trace context an outgoing request made under this span carries (CONTRACT §5): this
     /// span as the parent when traces are exported, otherwise the call's own, unchanged.
+    #[inline]
     pub fn outgoing(&self, call: TraceContext) -> TraceContext {
         self.trace_context().unwrap_or(call)
     }
 
     /// Ends the span, marking it failed with `error_type` if given.
+    #[inline]
     pub fn end(self, error_type: Option<&str>) {
         if let Some(cx) = &self.cx {
-            if let Some(error_type) = error_type {
-                fail(cx, error_type);
-            }
-            cx.span().end();
+            end_child(cx, error_type);
         }
     }
+}
+
+fn end_child(cx: &Context, error_type: Option<&str>) {
+    if let Some(error_type) = error_type {
+        fail(cx, error_type);
+    }
+    cx.span().end();
 }
 
 /// `skill.frontmatter.validate`; ending it counts `skill_frontmatter_validation_total`.

@@ -301,3 +301,28 @@ fn no_tokio_reqwest_hyper_or_tonic_in_the_dependency_tree() {
             .collect();
     assert!(banned.values().all(Vec::is_empty), "{banned:#?}");
 }
+
+/// Exporting needs no privilege: the same export works as an unprivileged user.
+#[test]
+fn an_unprivileged_user_exports_too() {
+    if !util::is_root() {
+        eprintln!("skipped: needs root to run the command as another uid");
+        return;
+    }
+    let world = World::new();
+    let collector = Collector::start(collector::Behaviour::Accept);
+    let ok = valid_skill(&world, "nobody");
+    let mut cmd = world.cmd(["skill", "validate"]);
+    cmd.arg(&ok)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json");
+    let out = cmd.unprivileged().success();
+    assert!(!out.stderr().contains("telemetry"), "{}", out.report());
+    let spans = collector::settle(|| {
+        let spans = collector.spans();
+        (!spans.is_empty()).then_some(spans)
+    })
+    .expect("the span arrives");
+    assert_eq!(spans[0].name, "skill.frontmatter.validate");
+    assert_eq!(spans[0].attr("skill_id").as_deref(), Some("nobody"));
+}
