@@ -23,7 +23,7 @@ use crate::tools::memory;
 use crate::util;
 
 /// Every document is re-statted at least this often (in-place edits are seen within it).
-pub const FULL_CHECK_MS: i64 = 2000;
+pub const FULL_CHECK_MS: i64 = 5000;
 /// A stamp this recent may still change within its timestamp tick: do not trust it.
 const RACY_MS: i64 = 2000;
 /// Bumped when the schema changes; an index of another version is dropped and rebuilt.

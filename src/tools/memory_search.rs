@@ -344,6 +344,7 @@ mod tests {
     #[test]
     #[ignore]
     fn memory_search_scale() {
+        use crate::tools::memory_index::Index;
         use std::time::{Duration, Instant, SystemTime};
         let fx = Fixture::new(Allow {
             memory: &["memories/**"],
@@ -389,46 +390,80 @@ mod tests {
         }
         eprintln!("wrote 100k documents in {:?}", t.elapsed());
         let db = index_path(fx.memory());
-        let force_full = || {
-            rusqlite::Connection::open(&db)
-                .unwrap()
-                .execute("UPDATE meta SET value = 0", [])
+        let root = fx.memory().to_path_buf();
+        let set_full = |ms: i64| {
+            let c = rusqlite::Connection::open(&db).unwrap();
+            c.execute("UPDATE meta SET value = ?1", rusqlite::params![ms])
                 .unwrap();
         };
-        let search = |label: &str, args: Value| {
+        let time = |label: &str, f: &mut dyn FnMut()| {
             let t = Instant::now();
-            let out = fx.run(&MemorySearch, args).unwrap();
-            eprintln!(
-                "{label}: {:?}, {} results, top {}",
-                t.elapsed(),
-                out["results"].as_array().unwrap().len(),
-                out["results"][0]["path"]
-            );
+            f();
+            eprintln!("{label}: {:?}", t.elapsed());
         };
-        search(
-            "first search, builds the index",
-            json!({"query": "alpha gamma"}),
-        );
-        search(
-            "common terms (~100k matches)",
-            json!({"query": "alpha gamma"}),
-        );
-        search("common terms again", json!({"query": "alpha gamma"}));
-        search("rare term", json!({"query": "unique4242"}));
-        search(
-            "under one directory (1k docs)",
-            json!({"query": "alpha", "path": "memories/d7"}),
-        );
+        time("first search, builds the index", &mut || {
+            fx.run(&MemorySearch, json!({"query": "alpha gamma"}))
+                .unwrap();
+        });
+        let index = Index::open(&db).unwrap();
+        set_full(0);
+        time("sync with a full re-stat of 100k documents", &mut || {
+            index.sync(&root, "").unwrap()
+        });
+        set_full(crate::util::now_ms());
+        time("sync, nothing changed (directory stamps only)", &mut || {
+            index.sync(&root, "").unwrap()
+        });
         fx.run(
             &crate::tools::memory::MemoryEmit,
             json!({"path": "memories/d3/new.md", "body": "zebra crossing"}),
         )
         .unwrap();
-        search("right after a MemoryEmit", json!({"query": "zebra"}));
-        force_full();
-        search(
-            "with a full re-stat of 100k documents",
-            json!({"query": "unique4242"}),
+        set_full(crate::util::now_ms());
+        time("sync after a MemoryEmit", &mut || {
+            index.sync(&root, "").unwrap()
+        });
+        for (label, terms) in [
+            ("query, 1 match", vec!["zebra"]),
+            ("query, ~100k matches", vec!["alpha", "gamma"]),
+        ] {
+            let terms: Vec<String> = terms.into_iter().map(str::to_owned).collect();
+            time(label, &mut || {
+                let mut n = 0;
+                index
+                    .query(&terms, |_, _| {
+                        n += 1;
+                        n <= 20
+                    })
+                    .unwrap();
+            });
+        }
+        set_full(crate::util::now_ms());
+        time(
+            "whole MemorySearch call, rare term, no full check due",
+            &mut || {
+                fx.run(&MemorySearch, json!({"query": "unique4242"}))
+                    .unwrap();
+            },
+        );
+        set_full(crate::util::now_ms());
+        time(
+            "whole MemorySearch call, common terms, no full check due",
+            &mut || {
+                fx.run(&MemorySearch, json!({"query": "alpha gamma"}))
+                    .unwrap();
+            },
+        );
+        set_full(crate::util::now_ms());
+        time(
+            "whole MemorySearch call under one directory (1k docs)",
+            &mut || {
+                fx.run(
+                    &MemorySearch,
+                    json!({"query": "alpha", "path": "memories/d7"}),
+                )
+                .unwrap();
+            },
         );
     }
 }
