@@ -10,6 +10,7 @@ mod http_guard;
 #[cfg(test)]
 mod http_tests;
 pub mod memory;
+mod memory_index;
 pub mod memory_search;
 pub mod search;
 mod sys;
