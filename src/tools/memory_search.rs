@@ -17,7 +17,6 @@ use rusqlite::{Connection, params};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::skill::policy::canonical_memory_path;
 use crate::tools::memory::{self, checked_memory_path};
 use crate::tools::{CallContext, Tool, ToolError, ToolName, parse_args};
 
@@ -258,12 +257,19 @@ impl Index {
         walk(root, &start, &mut seen);
         let mut known: HashMap<String, (i64, Stamp)> = HashMap::new();
         {
+            // Paths under `p/` sort between `p/` and `p0` ('0' follows '/').
+            let (low, high) = match prefix {
+                Some(p) => (format!("{p}/"), format!("{p}0")),
+                None => (String::new(), char::MAX.to_string()),
+            };
             let mut stmt = self
                 .conn
-                .prepare_cached("SELECT id, path, mtime_ns, size, ino FROM docs")
+                .prepare_cached(
+                    "SELECT id, path, mtime_ns, size, ino FROM docs WHERE path >= ?1 AND path < ?2",
+                )
                 .map_err(index_err)?;
             let rows = stmt
-                .query_map([], |r| {
+                .query_map(params![low, high], |r| {
                     Ok((
                         r.get::<_, String>(1)?,
                         (
@@ -382,16 +388,13 @@ fn walk(root: &Path, dir: &Path, out: &mut HashMap<String, Stamp>) {
             let Some(rel) = path.strip_prefix(root).ok().and_then(Path::to_str) else {
                 continue;
             };
-            let Ok(rel) = canonical_memory_path(rel) else {
-                continue;
-            };
             let Ok(meta) = entry.metadata() else { continue };
             let mtime_ns = meta
                 .mtime()
                 .saturating_mul(1_000_000_000)
                 .saturating_add(meta.mtime_nsec());
             out.insert(
-                rel,
+                rel.to_owned(),
                 Stamp {
                     mtime_ns,
                     size: meta.size() as i64,
@@ -574,7 +577,7 @@ mod tests {
         ] {
             let t = std::time::Instant::now();
             let out = fx
-                .run(&MemorySearch, json!({"query": "alpha theta"}))
+                .run(&MemorySearch, json!({"query": "alpha gamma"}))
                 .unwrap();
             eprintln!(
                 "{label}: {:?}, {} results",

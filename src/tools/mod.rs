@@ -2,8 +2,13 @@
 //! dispatches through. Tools know nothing of sockets or JSON-RPC: they take parsed arguments and a
 //! [`CallContext`], and return a JSON result or a [`ToolError`].
 
+pub mod bash;
 pub mod files;
 mod fsutil;
+pub mod http;
+mod http_guard;
+#[cfg(test)]
+mod http_tests;
 pub mod memory;
 pub mod memory_search;
 pub mod search;
@@ -229,9 +234,12 @@ pub fn registry() -> &'static BTreeMap<ToolName, Box<dyn Tool>> {
             Box::new(files::Edit),
             Box::new(search::Glob),
             Box::new(search::Grep),
+            Box::new(bash::Bash),
             Box::new(memory::MemoryRead),
             Box::new(memory_search::MemorySearch),
             Box::new(memory::MemoryEmit),
+            Box::new(http::HttpFetch),
+            Box::new(http::HttpPost),
         ];
         tools.into_iter().map(|t| (t.name(), t)).collect()
     })

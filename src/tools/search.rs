@@ -649,4 +649,67 @@ mod tests {
             .unwrap();
         assert_eq!(list(&out, "path"), [s(&dir.join("txt"))]);
     }
+
+    /// Measurement, not a pass/fail timing: Grep against `rg -n` over a 100 MB tree.
+    /// `cargo test --release --lib grep_scale -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn grep_scale() {
+        use std::time::{Duration, Instant};
+        let (_d, dir) = tempdir();
+        let line =
+            "the quick brown fox jumps over the lazy dog while the broker audits every call\n";
+        let mut total = 0usize;
+        for i in 0..2000 {
+            let sub = dir.join(format!("d{}", i % 40));
+            std::fs::create_dir_all(&sub).unwrap();
+            let mut text = String::with_capacity(51_000);
+            for j in 0..640 {
+                if (i * 640 + j) % 9973 == 0 {
+                    text.push_str(&format!("needle{i}x{j} found here\n"));
+                } else {
+                    text.push_str(line);
+                }
+            }
+            total += text.len();
+            std::fs::write(sub.join(format!("f{i}.txt")), text).unwrap();
+        }
+        eprintln!("tree: 2000 files, {} MB", total / 1_000_000);
+        let glob = format!("{}/**", dir.display());
+        let fx = fixture(&[&glob]);
+        let args = json!({"pattern": "needle[0-9]+x[0-9]+", "path": s(&dir), "max_results": 10000});
+        let (mut ours, mut theirs) = (Duration::MAX, Duration::MAX);
+        let mut counts = (0, 0);
+        for _ in 0..5 {
+            let t = Instant::now();
+            let out = fx.run(&Grep, args.clone()).unwrap();
+            ours = ours.min(t.elapsed());
+            counts.0 = out["matches"].as_array().unwrap().len();
+            let t = Instant::now();
+            let rg = std::process::Command::new("rg")
+                .args(["-n", "needle[0-9]+x[0-9]+"])
+                .arg(&dir)
+                .output();
+            theirs = theirs.min(t.elapsed());
+            match rg {
+                Ok(rg) => {
+                    counts.1 = rg
+                        .stdout
+                        .split(|&b| b == b'\n')
+                        .filter(|l| !l.is_empty())
+                        .count()
+                }
+                Err(e) => {
+                    eprintln!("skipped: rg not runnable: {e}");
+                    return;
+                }
+            }
+        }
+        assert_eq!(counts.0, counts.1, "same matches");
+        eprintln!(
+            "Grep {ours:?} vs rg -n {theirs:?} ({} matches): ratio {:.2}",
+            counts.0,
+            ours.as_secs_f64() / theirs.as_secs_f64()
+        );
+    }
 }
