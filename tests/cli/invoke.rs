@@ -949,3 +949,26 @@ fn an_unprivileged_broker_runs_skills_in_a_user_namespace() {
     );
     assert_eq!(summary["tool_calls"], 1);
 }
+
+#[test]
+fn the_json_summary_is_on_a_line_of_its_own_after_output_without_a_newline() {
+    let world = World::new();
+    let bundle = world.bundle(
+        "nonl",
+        &skill_md("nonl", &[], ""),
+        "#!/bin/sh\nprintf 'partial line'\n",
+    );
+    let out = world
+        .cmd(["skill", "invoke", "--json"])
+        .arg(&bundle)
+        .success();
+    let stdout = out.stdout();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", out.report());
+    assert_eq!(lines[0], "partial line");
+    let summary: Value = serde_json::from_str(lines[1]).expect("summary line");
+    assert_eq!(summary["outcome"], "success");
+    // Without --json, nothing of the broker's own reaches stdout.
+    let out = world.cmd(["skill", "invoke"]).arg(&bundle).success();
+    assert_eq!(out.stdout(), "partial line");
+}

@@ -6,6 +6,7 @@ mod invoke;
 mod list;
 mod man;
 mod sandbox;
+mod sandbox_lib;
 mod scaffold;
 mod schema;
 mod sign;
