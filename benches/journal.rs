@@ -75,12 +75,18 @@ fn per_op(total: Duration, ops: usize) -> f64 {
     total.as_secs_f64() * 1e6 / ops as f64
 }
 
-/// The baseline: one un-chained INSERT per row in its own transaction, same pragmas, same
+/// The baseline: one un-chained INSERT per row in its own transaction, the journal's pragmas, same
 /// payloads serialised the ordinary way.
 fn bare_inserts(dir: &Path, n: usize) -> (Duration, Duration) {
     let conn = Connection::open(dir.join("bare.db")).unwrap();
     conn.pragma_update(None, "journal_mode", "WAL").unwrap();
     conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
+    conn.pragma_update(
+        None,
+        "wal_autocheckpoint",
+        cyberos::journal::WAL_AUTOCHECKPOINT,
+    )
+    .unwrap();
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS bare (seq INTEGER PRIMARY KEY, ts TEXT, kind TEXT, payload TEXT)",
     )

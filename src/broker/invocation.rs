@@ -251,6 +251,7 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
         policy: Arc::new(policy),
         journal,
         deadline,
+        sandbox_mode: req.sandbox_mode,
     };
     let shared = Arc::new(Shared::new(
         invocation,

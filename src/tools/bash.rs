@@ -88,6 +88,7 @@ fn spec(ctx: &CallContext<'_>, req: &Request, timeout: Duration) -> Spec {
     let mut spec = Spec::new(SHELL, vec!["-c".to_owned(), req.command.clone()]);
     spec.cwd = req.cwd.clone();
     spec.scratch = Some(ctx.invocation.scratch_dir.clone());
+    spec.mode = ctx.invocation.sandbox_mode;
     spec.env = vec![
         (
             "PATH".to_owned(),

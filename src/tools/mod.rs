@@ -10,6 +10,7 @@ mod http_guard;
 #[cfg(test)]
 mod http_tests;
 pub mod memory;
+mod memory_index;
 pub mod memory_search;
 pub mod search;
 mod sys;
@@ -112,6 +113,8 @@ pub struct Invocation {
     pub journal: Option<Arc<Journal>>,
     /// When the invocation's budget runs out (100 %).
     pub deadline: Instant,
+    /// `--sandbox`: the Bash tool's sandbox is held to the same standard as the skill's.
+    pub sandbox_mode: crate::sandbox::Mode,
 }
 
 /// One `tool.call` as a tool sees it.
