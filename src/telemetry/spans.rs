@@ -298,8 +298,14 @@ impl ActiveInvoke {
 }
 
 impl Drop for InvokeSpan {
+    /// Dropped without [`InvokeSpan::end`]: the invocation failed before it could finish (a
+    /// refused id, a sandbox that could not start). The span says so.
     fn drop(&mut self) {
         if let Some(active) = self.active.take() {
+            if let Some(cx) = &active.cx {
+                fail(cx, "invocation_failed");
+                cx.span().end();
+            }
             active.finish();
         }
     }

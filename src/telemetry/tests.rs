@@ -366,7 +366,12 @@ fn invoke_span_is_root_or_child_of_traceparent_and_tracks_active_invocations() {
         .spans()
         .into_iter()
         .find(|s| s.name == INVOKE && s.parent_span_id.to_bytes() == [0; 8]);
-    assert!(root_span.is_some(), "a root skill.invoke span");
+    let root_span = root_span.expect("a root skill.invoke span");
+    assert_eq!(
+        root_span.status,
+        Status::error("invocation_failed"),
+        "dropped without end"
+    );
 }
 
 #[test]

@@ -103,6 +103,18 @@ impl Collector {
             .map_or(0, |p| p.value as i64)
     }
 
+    /// The latest value of one series, if it was ever exported.
+    pub fn value(&self, metric: &str, attrs: &[(&str, &str)]) -> Option<f64> {
+        let mut key: Vec<(String, String)> = attrs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        key.sort();
+        self.points()
+            .get(&(metric.to_owned(), key))
+            .map(|p| p.value)
+    }
+
     pub fn logs(&self) -> Vec<LogRecord> {
         self.bodies("/v1/logs")
             .iter()

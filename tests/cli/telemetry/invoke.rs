@@ -334,7 +334,11 @@ fn invoke_exports_spans_metrics_and_journal_rows() {
             ),
             (3, 1, 1)
         );
-        assert_eq!(collector.counter("skill_broker_active_invocations", &[]), 0);
+        assert_eq!(
+            collector.value("skill_broker_active_invocations", &[]),
+            Some(0.0),
+            "exported, and back at 0"
+        );
         let bytes = &run.reported["bytes"];
         assert_eq!(
             collector.counter("skill_broker_socket_bytes_total", &[("direction", "rx")]),
@@ -559,5 +563,43 @@ fn http_requests_carry_the_http_spans_id_when_traced() {
     assert_eq!(
         span_by_call(&spans, "call-1").trace_id,
         "0af7651916cd43dd8448eb211c80319c"
+    );
+}
+
+/// An invocation refused before its skill runs (a duplicate id) still ends `skill.invoke`, as an
+/// error, and brings the active-invocations gauge back to 0.
+#[test]
+fn a_refused_invocation_ends_its_span_as_an_error() {
+    let world = World::new();
+    let md = util::skill_md("twice", &[], "");
+    let bundle = world.bundle("twice", &md, "#!/bin/sh\nexit 0\n");
+    let id = uuid::Uuid::new_v4().to_string();
+    world
+        .cmd(["skill", "invoke", "--invocation-id", &id])
+        .arg(&bundle)
+        .success();
+    let collector = Collector::start(collector::Behaviour::Accept);
+    let out = world
+        .cmd(["skill", "invoke", "--invocation-id", &id])
+        .arg(&bundle)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint)
+        .output();
+    assert_ne!(out.code(), Some(0), "{}", out.report());
+    let invoke = collector::settle(|| {
+        collector
+            .spans()
+            .into_iter()
+            .find(|s| s.name == "skill.invoke")
+    })
+    .unwrap_or_else(|| panic!("no skill.invoke span\n{}", out.report()));
+    assert_eq!(invoke.status_code, 2);
+    assert_eq!(
+        invoke.attr("error.type").as_deref(),
+        Some("invocation_failed")
+    );
+    assert_eq!(
+        collector.value("skill_broker_active_invocations", &[]),
+        Some(0.0),
+        "exported, and back at 0"
     );
 }
