@@ -5,6 +5,8 @@ mod fixtures;
 mod invoke;
 mod list;
 mod man;
+mod properties;
+mod regressions;
 mod sandbox;
 mod scaffold;
 mod schema;
