@@ -1,10 +1,14 @@
 //! The one integration-test binary: every test drives the real `cyberos` binary.
 
 mod broker;
+mod faults;
 mod fixtures;
 mod invoke;
 mod list;
+mod load;
 mod man;
+mod properties;
+mod regressions;
 mod sandbox;
 mod sandbox_lib;
 mod scaffold;
