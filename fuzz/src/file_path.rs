@@ -266,6 +266,7 @@ fn check_in(tail: &str, glob_tails: &[String], action: &Action, tree: &Tree) -> 
         policy: Arc::new(policy),
         journal: None,
         deadline: Instant::now() + Duration::from_secs(60),
+        sandbox_mode: cyberos::sandbox::Mode::BestEffort,
     };
     let ctx = CallContext {
         invocation: &inv,

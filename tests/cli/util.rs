@@ -198,6 +198,11 @@ impl Cmd {
         child
     }
 
+    /// Spawns with piped output, killed if dropped while still running.
+    pub fn start(&mut self) -> Running {
+        Running(Some(self.spawn()))
+    }
+
     pub fn output(&mut self) -> Out {
         let started = Instant::now();
         let child = self.spawn();
@@ -220,6 +225,39 @@ impl Cmd {
 
     pub fn success(&mut self) -> Out {
         self.code(0)
+    }
+}
+
+/// A spawned child killed (SIGKILL) and reaped if the test ends before it does, so a failing
+/// test never leaves a broker running.
+pub struct Running(pub Option<std::process::Child>);
+
+impl Running {
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        let status = self.0.as_mut().expect("running").wait().expect("wait");
+        self.0 = None;
+        status
+    }
+
+    pub fn wait_with_output(mut self) -> Output {
+        self.0
+            .take()
+            .expect("running")
+            .wait_with_output()
+            .expect("wait")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
