@@ -156,7 +156,19 @@ proptest! {
             let h = if upper { h.to_ascii_uppercase() } else { h };
             if dot { format!("{h}.") } else { h }
         };
-        let hosts_out = [apex.clone(), format!("{glued}{apex}"), format!("{apex}.{sub}")];
+        let mut hosts_out = vec![
+            apex.clone(),
+            format!("{glued}{apex}"),
+            // Not subdomains either: an empty label where the `*` stands.
+            format!(".{apex}"),
+            format!("..{apex}"),
+            format!("{sub}..{apex}"),
+        ];
+        // `<apex>.<sub>` is itself a subdomain when `<sub>` ends with `.<apex>` or is the apex.
+        let beyond = format!("{apex}.{sub}");
+        if !beyond.ends_with(&format!(".{apex}")) {
+            hosts_out.push(beyond);
+        }
         let hosts_in = [format!("{sub}.{apex}"), format!("{glued}.{sub}.{apex}")];
         for host in hosts_out {
             prop_assert!(!policy.domain_allowed(&shape(host.clone())), "admitted {}", host);
