@@ -327,8 +327,21 @@ fn yaml_list(items: &[String]) -> String {
     serde_json::to_string(items).expect("strings serialise")
 }
 
+/// Tools a fuzzed frontmatter may list. Bash and the HTTP tools are left out: the fuzzer must
+/// not run shell commands or reach the network. Requests still name them, to be refused.
+const LOCAL_TOOLS: [ToolName; 8] = [
+    ToolName::Read,
+    ToolName::Write,
+    ToolName::Edit,
+    ToolName::Glob,
+    ToolName::Grep,
+    ToolName::MemoryRead,
+    ToolName::MemorySearch,
+    ToolName::MemoryEmit,
+];
+
 fn tool_bits(bits: u16) -> Vec<String> {
-    ToolName::ALL
+    LOCAL_TOOLS
         .iter()
         .enumerate()
         .filter(|(i, _)| bits & (1 << i) != 0)

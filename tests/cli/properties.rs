@@ -156,11 +156,18 @@ proptest! {
             let h = if upper { h.to_ascii_uppercase() } else { h };
             if dot { format!("{h}.") } else { h }
         };
-        // `{apex}.{sub}` really is outside unless it happens to end in `.{apex}` (apex `a`, sub `a`).
-        let appended = format!("{apex}.{sub}");
-        let mut hosts_out = vec![apex.clone(), format!("{glued}{apex}")];
-        if !appended.ends_with(&format!(".{apex}")) {
-            hosts_out.push(appended);
+        let mut hosts_out = vec![
+            apex.clone(),
+            format!("{glued}{apex}"),
+            // Not subdomains either: an empty label where the `*` stands.
+            format!(".{apex}"),
+            format!("..{apex}"),
+            format!("{sub}..{apex}"),
+        ];
+        // `<apex>.<sub>` is itself a subdomain when `<sub>` ends with `.<apex>` or is the apex.
+        let beyond = format!("{apex}.{sub}");
+        if !beyond.ends_with(&format!(".{apex}")) {
+            hosts_out.push(beyond);
         }
         let hosts_in = [format!("{sub}.{apex}"), format!("{glued}.{sub}.{apex}")];
         for host in hosts_out {

@@ -75,3 +75,48 @@ fn the_file_path_corpus_replays_clean() {
 fn the_domain_corpus_replays_clean() {
     replay("domain");
 }
+
+/// Found by the domain oracle: `*` matched an empty label, so `*.example.com` admitted
+/// `.example.com` and `..example.com` (the `url` crate accepts both, also percent-encoded).
+/// Refused before any lookup, as a denied call.
+#[test]
+fn a_subdomain_glob_refuses_a_host_with_an_empty_label() {
+    use crate::invoke::{PY_PRELUDE, reported, rows};
+    let world = crate::util::World::new();
+    let bundle = world.bundle(
+        "empty-label",
+        &crate::util::skill_md(
+            "empty-label",
+            &["HttpFetch"],
+            "x-allowed-domains: [\"*.example.com\"]\n",
+        ),
+        &format!(
+            "{PY_PRELUDE}\ns = connect()\n\
+             for i, url in enumerate(['http://.example.com/', 'http://%2e.example.com/', 'http://a..example.com/']):\n    \
+             out('r%d' % i, call(s, 'HttpFetch', {{'url': url}}, id=i))\n"
+        ),
+    );
+    let out = world
+        .cmd(["skill", "invoke", "--json"])
+        .arg(&bundle)
+        .success();
+    let r = reported(&out.stdout());
+    for i in 0..3 {
+        let e = &r[&format!("r{i}")]["error"];
+        assert_eq!(e["message"], "domain_violation", "{}", out.report());
+    }
+    let summary = out.json();
+    assert_eq!(summary["denied"], 3);
+    let rows = rows(&world, summary["invocation_id"].as_str().unwrap());
+    let denied: Vec<_> = rows
+        .iter()
+        .filter(|r| r["kind"] == "skill.tool_denied")
+        .collect();
+    assert_eq!(denied.len(), 3);
+    assert!(
+        denied
+            .iter()
+            .all(|r| r["payload"]["reason"] == "domain_violation")
+    );
+    assert!(!rows.iter().any(|r| r["kind"] == "skill.tool_call_started"));
+}
