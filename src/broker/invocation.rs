@@ -138,6 +138,45 @@ fn accessible_as(path: &Path, uid: u32, gid: u32, want: u32) -> Result<(), Strin
     allowed(path, want)
 }
 
+/// The `cyberos` binary to expose inside the sandbox. The sandbox mounts it as the sandbox uid, so
+/// when that uid cannot reach this binary (a root broker installed under /root), a hard link (or,
+/// across filesystems, a copy) in /tmp stands in for it for the length of the invocation.
+fn client_binary(
+    identity: Option<(u32, u32)>,
+    invocation_id: &str,
+    cleanup: &mut Cleanup,
+) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let Some((uid, gid)) = identity else {
+        return Some(exe);
+    };
+    if accessible_as(&exe, uid, gid, 0o5).is_ok() {
+        return Some(exe);
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let stand_in = socket::client_path_for(invocation_id);
+    // A hard link shares the inode, so it is only enough when the file itself is world-executable.
+    let world_rx = std::fs::metadata(&exe).is_ok_and(|m| m.permissions().mode() & 0o005 == 0o005);
+    let made = if world_rx && std::fs::hard_link(&exe, &stand_in).is_ok() {
+        Ok(())
+    } else {
+        std::fs::copy(&exe, &stand_in).and_then(|_| {
+            std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755))
+        })
+    };
+    cleanup.paths.push(stand_in.clone());
+    match made {
+        Ok(()) => Some(stand_in),
+        Err(e) => {
+            eprintln!(
+                "cyberos: the sandbox uid cannot reach {} and a stand-in failed: {e}",
+                exe.display()
+            );
+            Some(exe)
+        }
+    }
+}
+
 /// Creates `path` (which must not exist) with mode 0700, owned by `owner` when given.
 fn create_private_dir(path: &Path, owner: Option<(u32, u32)>) -> Result<(), InvokeError> {
     use std::os::unix::fs::DirBuilderExt as _;
@@ -292,7 +331,7 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
         ro_binds: vec![req.bundle_dir.clone()],
         scratch: Some(scratch),
         socket: Some(socket_path.clone()),
-        client_binary: std::env::current_exe().ok(),
+        client_binary: client_binary(identity, &req.invocation_id, &mut cleanup),
         limits: sandbox::Limits {
             address_space_bytes: 512 * 1024 * 1024,
             cpu_seconds: req.budget.as_secs().max(1),

@@ -978,3 +978,40 @@ fn the_json_summary_is_on_a_line_of_its_own_after_output_without_a_newline() {
     let out = world.cmd(["skill", "invoke"]).arg(&bundle).success();
     assert_eq!(out.stdout(), "partial line");
 }
+
+#[test]
+fn a_root_broker_installed_where_the_sandbox_uid_cannot_reach_still_serves_the_client() {
+    if !crate::util::is_root() {
+        eprintln!("skipped: needs a root broker (the sandbox uid differs from the broker's)");
+        return;
+    }
+    let world = World::new();
+    let private = world.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    crate::util::set_mode(&private, 0o700);
+    let binary = private.join("cyberos");
+    std::fs::copy(crate::util::BIN, &binary).unwrap();
+    let bundle = world.example("hello-shell");
+    let out = std::process::Command::new(&binary)
+        .args(["skill", "invoke", "--json"])
+        .arg(&bundle)
+        .env("CYBEROS_HOME", world.home())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("hello, world"), "{stdout}");
+    let id =
+        serde_json::from_str::<Value>(stdout.lines().last().unwrap()).unwrap()["invocation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    assert!(
+        !std::path::Path::new(&format!("/tmp/cyberos-bin.{id}")).exists(),
+        "stand-in left behind"
+    );
+}
