@@ -120,3 +120,43 @@ fn a_subdomain_glob_refuses_a_host_with_an_empty_label() {
     );
     assert!(!rows.iter().any(|r| r["kind"] == "skill.tool_call_started"));
 }
+
+/// Found by the dispatch oracle: a request id that is a float came back as a different float
+/// (`1.317776000454119e-304` as `1.3177760004541191e-304`), because serde_json's default float
+/// parser may be off by one unit in the last place. A client matching responses by id would
+/// never see its answer. Every id must come back as the same number.
+#[test]
+fn numeric_ids_come_back_as_the_same_number() {
+    use crate::invoke::{PY_PRELUDE, reported};
+    let world = crate::util::World::new();
+    let bundle = world.bundle(
+        "float-ids",
+        &crate::util::skill_md("float-ids", &[], ""),
+        &format!(
+            r#"{PY_PRELUDE}
+ids = [1.317776000454119e-304, 0.1, 1e300, 5e-324, 2.2250738585072014e-308,
+       123456.789e-10, 9007199254740993, -7, 1.5]
+s = connect()
+bad = []
+for i in ids:
+    s.sendall(frame({{"jsonrpc": "2.0", "id": i, "method": "broker.status"}}))
+    r = recv(s)
+    if r["id"] != i or type(r["id"]) != type(i):
+        bad.append([repr(i), repr(r["id"])])
+    # Invalid requests echo the id too.
+    s.sendall(frame({{"jsonrpc": "1.0", "id": i, "method": "broker.status"}}))
+    r = recv(s)
+    if r["id"] != i:
+        bad.append([repr(i), repr(r["id"])])
+out("bad", bad)
+"#
+        ),
+    );
+    let out = world.cmd(["skill", "invoke"]).arg(&bundle).success();
+    assert_eq!(
+        reported(&out.stdout())["bad"],
+        serde_json::json!([]),
+        "{}",
+        out.report()
+    );
+}
