@@ -115,6 +115,7 @@ fn enforcement(c: &mut Criterion) {
         policy: Arc::new(policy.clone()),
         journal: None,
         deadline: Instant::now() + Duration::from_secs(3600),
+        sandbox_mode: cyberos::sandbox::Mode::BestEffort,
     };
     let ctx = CallContext {
         invocation: &invocation,

@@ -20,11 +20,24 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match cyberos::cmd::run(cli) {
+    let telemetry = cyberos::telemetry::init(telemetry_mode(&cli.command));
+    let result = cyberos::cmd::run(cli);
+    telemetry.shutdown();
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
             eprintln!("cyberos: {err:#}");
             ExitCode::from(cyberos::exit::code_of(&err))
         }
+    }
+}
+
+/// The sandbox child must stay single-threaded until it has set up its namespaces, and the tool
+/// client runs inside a sandbox without network: neither exports telemetry.
+fn telemetry_mode(command: &cyberos::cli::Command) -> cyberos::telemetry::Mode {
+    use cyberos::cli::Command;
+    match command {
+        Command::SandboxChild | Command::Tool(_) => cyberos::telemetry::Mode::DiagnosticsOnly,
+        _ => cyberos::telemetry::Mode::Export,
     }
 }

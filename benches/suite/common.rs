@@ -205,6 +205,7 @@ pub fn invocation(
         policy: std::sync::Arc::new(policy),
         journal: None,
         deadline: std::time::Instant::now() + std::time::Duration::from_secs(24 * 3600),
+        sandbox_mode: cyberos::sandbox::Mode::BestEffort,
     }
 }
 

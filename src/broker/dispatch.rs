@@ -13,6 +13,7 @@ use crate::broker::jsonrpc::{
     self, INTERNAL_ERROR, Item, METHOD_NOT_FOUND, Message, Request, RpcError,
 };
 use crate::journal::kind;
+use crate::telemetry;
 use crate::tools::{CallContext, Invocation, Tool, ToolError, ToolName};
 use crate::util::{self, TraceContext};
 
@@ -96,10 +97,12 @@ impl Shared {
         let Some(journal) = &self.inv.journal else {
             return Err(Unaudited);
         };
-        journal.append(kind, &payload).map_err(|err| {
+        let seq = journal.append(kind, &payload).map_err(|err| {
             self.warn_journal(&err.to_string());
             Unaudited
-        })
+        })?;
+        telemetry::export_journal_row(journal, &self.inv.invocation_id, seq, trace);
+        Ok(seq)
     }
 
     /// The once-per-invocation journal warning (CONTRACT §7).
@@ -259,7 +262,7 @@ fn handle_item(shared: &Shared, item: Item) -> Option<Answer> {
     };
     let Request { id, method, params } = request;
     let outcome = match method.as_str() {
-        "tool.call" => tool_call(shared, &params).map(Reply::Value),
+        "tool.call" => observed_tool_call(shared, &params, id.as_ref()).map(Reply::Value),
         "tool.list" => Ok(Reply::Raw(shared.tool_list())),
         "broker.status" => Ok(Reply::Value(shared.status())),
         other => Err(RpcError::new(
@@ -321,7 +324,63 @@ fn call_params(shared: &Shared, params: &Value) -> Result<CallParams, RpcError> 
     Ok(CallParams { tool, args, trace })
 }
 
-fn tool_call(shared: &Shared, params: &Value) -> Result<Value, RpcError> {
+/// [`tool_call`] with its `skill.broker.tool_call` span and tool-call metrics (CONTRACT §8),
+/// ended here from the response alone.
+fn observed_tool_call(
+    shared: &Shared,
+    params: &Value,
+    request_id: Option<&Value>,
+) -> Result<Value, RpcError> {
+    let mut span = None;
+    let response = tool_call(shared, params, request_id, &mut span);
+    if let Some(span) = span {
+        let (outcome, error_type) = call_outcome(&response);
+        span.end(outcome, response.as_ref().ok(), error_type);
+    }
+    response
+}
+
+/// The telemetry outcome of a call and its `error.type`: a policy refusal or invalid arguments
+/// is `denied`, the deadline or a tool's own timeout is `timeout`, anything else failing `error`.
+fn call_outcome(response: &Result<Value, RpcError>) -> (telemetry::Outcome, Option<&str>) {
+    let Err(err) = response else {
+        return (telemetry::Outcome::Success, None);
+    };
+    let data = |key: &str| {
+        err.data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .and_then(Value::as_str)
+    };
+    let reason = data("reason").unwrap_or(err.message.as_str());
+    match err.message.as_str() {
+        _ if err.code == jsonrpc::INVALID_PARAMS => (telemetry::Outcome::Denied, Some(reason)),
+        "tool_not_allowed" | "scope_violation" | "file_violation" | "domain_violation" => {
+            (telemetry::Outcome::Denied, Some(reason))
+        }
+        "deadline" => (telemetry::Outcome::Timeout, Some(reason)),
+        "tool_error" if data("kind") == Some("timeout") => {
+            (telemetry::Outcome::Timeout, Some("timeout"))
+        }
+        "tool_error" => (telemetry::Outcome::Error, data("kind").or(Some(reason))),
+        _ => (telemetry::Outcome::Error, Some(reason)),
+    }
+}
+
+/// `error.type` of a tool's own span: the failure kind, else the denial reason.
+fn tool_error_type(err: &ToolError) -> &'static str {
+    match err {
+        ToolError::Failed { kind, .. } => kind,
+        other => error_reason(other).0,
+    }
+}
+
+fn tool_call(
+    shared: &Shared,
+    params: &Value,
+    request_id: Option<&Value>,
+    span: &mut Option<telemetry::ToolCallSpan>,
+) -> Result<Value, RpcError> {
     let CallParams {
         tool: tool_name,
         args,
@@ -335,6 +394,17 @@ fn tool_call(shared: &Shared, params: &Value) -> Result<Value, RpcError> {
         .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(call_id.clone());
     let skill_id = shared.inv.skill_id.as_str();
     let args_hash = util::canonical_hash(&args);
+    let span = span.insert(telemetry::tool_call(&telemetry::CallInfo {
+        invocation_id: &shared.inv.invocation_id,
+        skill_id,
+        tool_name: &tool_name,
+        call_id: &call_id,
+        request_id,
+        args: &args,
+        trace,
+    }));
+    // Traced, the call's rows and its tool run under the tool_call span (same trace id).
+    let trace = span.trace_context().unwrap_or(trace);
 
     let deny = |reason: &str, detail: Value, err: RpcError| {
         shared.denied.fetch_add(1, Ordering::Relaxed);
@@ -391,7 +461,14 @@ fn tool_call(shared: &Shared, params: &Value) -> Result<Value, RpcError> {
     }
 
     let clock = Instant::now();
+    // The tool's own span; an HTTP tool's outgoing traceparent names it (CONTRACT §5).
+    let tool_span = span.child(telemetry::tool_span_name(name));
+    let ctx = CallContext {
+        trace: tool_span.outgoing(ctx.trace),
+        ..ctx
+    };
     let mut result = tool.call(&ctx, &args);
+    tool_span.end(result.as_ref().err().map(tool_error_type));
     if result.is_ok() && Instant::now() > shared.inv.deadline {
         result = Err(ToolError::Deadline);
     }

@@ -17,6 +17,7 @@ use crate::journal::{BrokerIdentity, Journal, JournalError, kind};
 use crate::sandbox::{self, Exit};
 use crate::skill::manifest::Manifest;
 use crate::skill::policy::Policy;
+use crate::telemetry;
 use crate::tools::{self, Invocation, ResolvePin};
 use crate::util::{self, TraceContext};
 
@@ -36,12 +37,16 @@ pub struct InvokeRequest {
     pub args: Vec<String>,
     /// The broker's own `$TRACEPARENT`, if valid.
     pub parent_trace: Option<TraceContext>,
+    /// `--json`: the summary must end up on a line of its own after the skill's output.
+    pub json_summary: bool,
 }
 
 /// The `invoke --json` summary, and the exit code.
 pub struct Summary {
     pub json: Value,
     pub exit_code: u8,
+    /// The skill's output did not end with a newline: print one before the summary.
+    pub needs_newline: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +138,45 @@ fn accessible_as(path: &Path, uid: u32, gid: u32, want: u32) -> Result<(), Strin
     allowed(path, want)
 }
 
+/// The `cyberos` binary to expose inside the sandbox. The sandbox mounts it as the sandbox uid, so
+/// when that uid cannot reach this binary (a root broker installed under /root), a hard link (or,
+/// across filesystems, a copy) in /tmp stands in for it for the length of the invocation.
+fn client_binary(
+    identity: Option<(u32, u32)>,
+    invocation_id: &str,
+    cleanup: &mut Cleanup,
+) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let Some((uid, gid)) = identity else {
+        return Some(exe);
+    };
+    if accessible_as(&exe, uid, gid, 0o5).is_ok() {
+        return Some(exe);
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let stand_in = socket::client_path_for(invocation_id);
+    // A hard link shares the inode, so it is only enough when the file itself is world-executable.
+    let world_rx = std::fs::metadata(&exe).is_ok_and(|m| m.permissions().mode() & 0o005 == 0o005);
+    let made = if world_rx && std::fs::hard_link(&exe, &stand_in).is_ok() {
+        Ok(())
+    } else {
+        std::fs::copy(&exe, &stand_in).and_then(|_| {
+            std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755))
+        })
+    };
+    cleanup.paths.push(stand_in.clone());
+    match made {
+        Ok(()) => Some(stand_in),
+        Err(e) => {
+            eprintln!(
+                "cyberos: the sandbox uid cannot reach {} and a stand-in failed: {e}",
+                exe.display()
+            );
+            Some(exe)
+        }
+    }
+}
+
 /// Creates `path` (which must not exist) with mode 0700, owned by `owner` when given.
 fn create_private_dir(path: &Path, owner: Option<(u32, u32)>) -> Result<(), InvokeError> {
     use std::os::unix::fs::DirBuilderExt as _;
@@ -168,6 +212,15 @@ fn prepare_dir(path: &Path, mode: u32) -> Result<(), InvokeError> {
 pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
     let started = Instant::now();
     let started_ms = util::now_ms();
+    let invoke_span = telemetry::invoke_span(
+        req.parent_trace,
+        &telemetry::InvokeInfo {
+            invocation_id: &req.invocation_id,
+            skill_id: &req.manifest.id,
+            skill_version: &req.manifest.version.to_string(),
+            tenant_id: &req.tenant_id,
+        },
+    );
     let identity = sandbox::default_run_as();
     if let Some((uid, gid)) = identity {
         accessible_as(&req.bundle_dir, uid, gid, 0o5)
@@ -218,9 +271,8 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
     create_private_dir(&scratch, identity)?;
     cleanup.paths.push(scratch.clone());
 
-    let trace = req
-        .parent_trace
-        .map_or_else(TraceContext::new_root, |p| p.child());
+    // `skill.invoke`'s context: a child of $TRACEPARENT, else a new root.
+    let trace = invoke_span.trace_context();
     let deadline = started + req.budget;
     let deadline_ms = started_ms + req.budget.as_millis() as i64;
     let policy = Policy::from_manifest(&req.manifest).map_err(|e| InvokeError::Prepare {
@@ -238,6 +290,7 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
         policy: Arc::new(policy),
         journal,
         deadline,
+        sandbox_mode: req.sandbox_mode,
     };
     let shared = Arc::new(Shared::new(
         invocation,
@@ -278,7 +331,7 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
         ro_binds: vec![req.bundle_dir.clone()],
         scratch: Some(scratch),
         socket: Some(socket_path.clone()),
-        client_binary: std::env::current_exe().ok(),
+        client_binary: client_binary(identity, &req.invocation_id, &mut cleanup),
         limits: sandbox::Limits {
             address_space_bytes: 512 * 1024 * 1024,
             cpu_seconds: req.budget.as_secs().max(1),
@@ -287,8 +340,23 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
         mode: req.sandbox_mode,
         run_as: identity,
     };
-    let mut sandbox =
-        sandbox::spawn(&spec, sandbox::Stdio3::inherit()).map_err(InvokeError::Sandbox)?;
+    // With --json the summary must be the last line, on a line of its own: the skill's stdout then
+    // passes through a pipe so the broker knows whether it ended with a newline.
+    let (stdio, relay) = if req.json_summary {
+        let (read, write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| InvokeError::Prepare {
+                path: PathBuf::from("stdout pipe"),
+                source: e.into(),
+            })?;
+        let stdio = sandbox::Stdio3 {
+            stdout: Some(write),
+            ..sandbox::Stdio3::inherit()
+        };
+        (stdio, Some(relay_stdout(read)))
+    } else {
+        (sandbox::Stdio3::inherit(), None)
+    };
+    let mut sandbox = sandbox::spawn(&spec, stdio).map_err(InvokeError::Sandbox)?;
     let report = serde_json::to_value(sandbox.report()).unwrap_or(Value::Null);
     // Strict mode never gets here with a layer missing: `spawn` refuses it.
     for (layer, state) in sandbox.report().missing() {
@@ -317,7 +385,11 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
         sigterm,
     };
     let outcome = server::run(Arc::clone(&shared), input).map_err(InvokeError::Loop)?;
-    Ok(finish(&shared, &req, &outcome, started, report))
+    let mut summary = finish(&shared, &req, &outcome, started, report);
+    // Every writer of the pipe was in the sandbox, which is gone: the relay sees EOF.
+    summary.needs_newline = relay.is_some_and(|r| r.join().unwrap_or(false));
+    invoke_span.end(&telemetry::InvokeEnd::from_summary(&summary.json));
+    Ok(summary)
 }
 
 fn finish(
@@ -398,7 +470,34 @@ fn finish(
             "sandbox": sandbox,
         }),
         exit_code,
+        needs_newline: false,
     }
+}
+
+/// Copies the skill's stdout to ours until EOF; returns whether the last byte was not a newline.
+fn relay_stdout(read: std::os::fd::OwnedFd) -> std::thread::JoinHandle<bool> {
+    std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        let mut from = std::fs::File::from(read);
+        let mut out = std::io::stdout().lock();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut last = b'\n';
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    last = buf[n - 1];
+                    if out.write_all(&buf[..n]).and_then(|()| out.flush()).is_err() {
+                        // Our stdout is gone; keep draining so the skill never blocks on it.
+                        continue;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        last != b'\n'
+    })
 }
 
 /// `SIGKILL`-style name of a signal number.

@@ -21,6 +21,7 @@ use crate::broker::jsonrpc;
 use crate::broker::pool::Pool;
 use crate::journal::kind;
 use crate::sandbox::{Exit, Sandbox};
+use crate::telemetry;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -31,6 +32,14 @@ const FIRST_CONN: usize = 16;
 
 /// Stop reading from a connection whose unsent responses exceed this, until it drains.
 const MAX_PENDING_OUT: usize = 64 * 1024 * 1024;
+/// Requests of one connection running at once; more wait in the socket (backpressure).
+const MAX_IN_FLIGHT_PER_CONN: usize = 64;
+/// Requests running at once over all connections: each holds a parsed body of up to 1 MiB.
+const MAX_IN_FLIGHT: usize = 256;
+/// Connections open at once; a skill that opens more gets the extra ones closed.
+const MAX_CONNS: usize = 64;
+/// Bytes read from one connection before the loop turns to the others (fairness).
+const READ_BUDGET: usize = 256 * 1024;
 /// A skill that has not connected within this long gets a `skill.no_connect` row.
 const NO_CONNECT_AFTER: Duration = Duration::from_secs(60);
 /// After the broker itself is interrupted: at most this long between SIGTERM and SIGKILL.
@@ -69,7 +78,8 @@ struct Conn {
     out_pos: usize,
     in_flight: usize,
     read_closed: bool,
-    paused: bool,
+    /// Reading stopped at a limit with data possibly left unread; resumed from `ready`.
+    blocked: bool,
     writable: bool,
 }
 
@@ -89,6 +99,9 @@ struct Loop {
     pool: Pool,
     results: mpsc::Receiver<(Token, Option<Vec<u8>>)>,
     conns: HashMap<Token, Conn>,
+    /// Connections that may have unread input although no event will say so (mio is
+    /// edge-triggered): read again before sleeping.
+    ready: Vec<Token>,
     next_token: usize,
     in_flight: usize,
     connected_once: bool,
@@ -114,6 +127,7 @@ pub fn run(shared: Arc<Shared>, mut input: LoopInput) -> io::Result<LoopOutcome>
         pool,
         results,
         conns: HashMap::new(),
+        ready: Vec::new(),
         next_token: FIRST_CONN,
         in_flight: 0,
         connected_once: false,
@@ -169,7 +183,9 @@ pub fn run(shared: Arc<Shared>, mut input: LoopInput) -> io::Result<LoopOutcome>
         if let Some(at) = interrupt_kill_at {
             next = next.min(at);
         }
-        let timeout = if outcome.deadline_killed {
+        let timeout = if !lp.ready.is_empty() {
+            Duration::ZERO
+        } else if outcome.deadline_killed {
             // Only waiting for the killed sandbox to be reaped now.
             Duration::from_millis(50)
         } else {
@@ -203,6 +219,7 @@ pub fn run(shared: Arc<Shared>, mut input: LoopInput) -> io::Result<LoopOutcome>
             }
         }
         lp.drain_results();
+        lp.read_ready();
     };
     outcome.exit = exit;
     // The program is gone; make sure nothing of the sandbox outlives it.
@@ -242,6 +259,11 @@ impl Loop {
                 continue;
             }
             self.connected_once = true;
+            if self.conns.len() >= MAX_CONNS {
+                tracing::warn!("closing a connection: {MAX_CONNS} are open already");
+                drop(stream);
+                continue;
+            }
             let token = Token(self.next_token);
             self.next_token += 1;
             self.poll
@@ -256,7 +278,7 @@ impl Loop {
                     out_pos: 0,
                     in_flight: 0,
                     read_closed: false,
-                    paused: false,
+                    blocked: false,
                     writable: false,
                 },
             );
@@ -273,30 +295,43 @@ impl Loop {
         self.settle(token);
     }
 
+    /// Reads what one connection sent, within the limits, and dispatches complete frames.
     fn read(&mut self, token: Token) {
-        let mut frames = Vec::new();
-        let mut buf = [0u8; 64 * 1024];
+        let global_full = self.in_flight >= MAX_IN_FLIGHT;
         let Some(conn) = self.conns.get_mut(&token) else {
             return;
         };
-        if conn.paused {
+        if conn.read_closed {
             return;
         }
+        if global_full
+            || conn.in_flight >= MAX_IN_FLIGHT_PER_CONN
+            || conn.pending_out() > MAX_PENDING_OUT
+        {
+            conn.blocked = true;
+            return;
+        }
+        let mut frames = Vec::new();
+        let mut buf = [0u8; 64 * 1024];
+        let mut budget = READ_BUDGET;
         loop {
-            match conn.stream.read(&mut buf) {
+            if budget == 0 {
+                // More may be waiting: come back after the other connections had their turn.
+                self.ready.push(token);
+                break;
+            }
+            match conn.stream.read(&mut buf[..budget.min(64 * 1024)]) {
                 Ok(0) => {
                     conn.read_closed = true;
                     break;
                 }
                 Ok(n) => {
+                    budget -= n;
+                    telemetry::socket_bytes(telemetry::Direction::Rx, n);
                     conn.decoder.feed(&buf[..n], &mut frames);
-                    // Bound the work queued from one read burst.
-                    if frames.len() >= 1024 {
-                        break;
-                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     conn.read_closed = true;
                     break;
@@ -306,7 +341,7 @@ impl Loop {
         for frame in frames {
             match frame {
                 Frame::TooLarge { len } => {
-                    self.respond(token, Some(dispatch::request_too_large(len)))
+                    self.respond(token, Some(dispatch::request_too_large(len)));
                 }
                 Frame::Body(body) => {
                     let message = jsonrpc::parse(&body);
@@ -322,6 +357,25 @@ impl Loop {
                     }
                 }
             }
+        }
+    }
+
+    /// Reads the connections queued in `ready`, and those blocked at a limit that has cleared.
+    fn read_ready(&mut self) {
+        if self.in_flight < MAX_IN_FLIGHT {
+            for (token, conn) in &mut self.conns {
+                if conn.blocked
+                    && conn.in_flight < MAX_IN_FLIGHT_PER_CONN
+                    && conn.pending_out() <= MAX_PENDING_OUT
+                {
+                    conn.blocked = false;
+                    self.ready.push(*token);
+                }
+            }
+        }
+        for token in std::mem::take(&mut self.ready) {
+            self.read(token);
+            self.settle(token);
         }
     }
 
@@ -345,7 +399,10 @@ impl Loop {
         while conn.out_pos < conn.out.len() {
             match conn.stream.write(&conn.out[conn.out_pos..]) {
                 Ok(0) => break,
-                Ok(n) => conn.out_pos += n,
+                Ok(n) => {
+                    telemetry::socket_bytes(telemetry::Direction::Tx, n);
+                    conn.out_pos += n;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
@@ -363,7 +420,7 @@ impl Loop {
         }
     }
 
-    /// Re-registers interest to match the connection's state, or closes it when it is done.
+    /// Updates write interest to match the connection's state, or closes it when it is done.
     fn settle(&mut self, token: Token) {
         let Some(conn) = self.conns.get_mut(&token) else {
             return;
@@ -374,30 +431,23 @@ impl Loop {
             return;
         }
         let want_write = conn.pending_out() > 0;
-        let pause = conn.pending_out() > MAX_PENDING_OUT;
-        let want_read = !conn.read_closed && !pause;
-        if want_write == conn.writable && pause == conn.paused {
+        if want_write == conn.writable {
             return;
         }
         conn.writable = want_write;
-        conn.paused = pause;
-        let interest = match (want_read, want_write) {
-            (true, true) => Some(Interest::READABLE | Interest::WRITABLE),
-            (true, false) => Some(Interest::READABLE),
-            (false, true) => Some(Interest::WRITABLE),
-            (false, false) => None,
+        // Read interest stays on even while reading is blocked at a limit: edge-triggered events
+        // are cheap, and `read` checks the limits itself.
+        let interest = if want_write {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
         };
-        let registry = self.poll.registry();
-        let result = match interest {
-            Some(i) => registry.reregister(&mut conn.stream, token, i),
-            None => registry.deregister(&mut conn.stream),
-        };
-        if let Err(e) = result {
+        if let Err(e) = self
+            .poll
+            .registry()
+            .reregister(&mut conn.stream, token, interest)
+        {
             tracing::warn!("failed to update connection interest: {e}");
-        }
-        if !pause && want_read {
-            // Data may have arrived while reads were paused.
-            self.read(token);
         }
     }
 

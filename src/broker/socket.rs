@@ -14,6 +14,7 @@ const DIR: &str = "/tmp";
 const PREFIX: &str = "cyberos-skill-broker.";
 const SUFFIX: &str = ".sock";
 const SCRATCH_PREFIX: &str = "cyberos-scratch.";
+const CLIENT_PREFIX: &str = "cyberos-bin.";
 /// A socket the journal does not know is removed once older than this.
 const UNKNOWN_SOCKET_AGE: Duration = Duration::from_secs(5 * 60);
 
@@ -37,6 +38,12 @@ pub fn path_for(invocation_id: &str) -> PathBuf {
 /// `/tmp/cyberos-scratch.<invocation_id>`: the skill's scratch directory on the host.
 pub fn scratch_path_for(invocation_id: &str) -> PathBuf {
     Path::new(DIR).join(format!("{SCRATCH_PREFIX}{invocation_id}"))
+}
+
+/// `/tmp/cyberos-bin.<invocation_id>`: a stand-in for the cyberos binary when the sandbox uid
+/// cannot reach the real one.
+pub fn client_path_for(invocation_id: &str) -> PathBuf {
+    Path::new(DIR).join(format!("{CLIENT_PREFIX}{invocation_id}"))
 }
 
 /// Binds the socket, mode 0600, owned by `owner` (the uid the skill runs as) when given.
@@ -85,6 +92,8 @@ pub fn sweep(journal: Option<&Journal>) {
             (id, false)
         } else if let Some(id) = name.strip_prefix(SCRATCH_PREFIX) {
             (id, true)
+        } else if let Some(id) = name.strip_prefix(CLIENT_PREFIX) {
+            (id, false)
         } else {
             continue;
         };
@@ -95,7 +104,7 @@ pub fn sweep(journal: Option<&Journal>) {
         let right_type = if is_dir {
             meta.is_dir()
         } else {
-            meta.file_type().is_socket()
+            meta.file_type().is_socket() || meta.is_file()
         };
         if !right_type {
             continue;

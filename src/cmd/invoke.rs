@@ -76,6 +76,7 @@ pub fn run(args: InvokeArgs) -> anyhow::Result<u8> {
         audit_required: args.audit == AuditMode::Required,
         resolve,
         args: args.args,
+        json_summary: args.json,
         parent_trace: std::env::var("TRACEPARENT")
             .ok()
             .as_deref()
@@ -86,6 +87,9 @@ pub fn run(args: InvokeArgs) -> anyhow::Result<u8> {
         exit::coded(code, e.to_string())
     })?;
     if args.json {
+        if summary.needs_newline {
+            println!();
+        }
         println!("{}", summary.json);
     }
     Ok(summary.exit_code)

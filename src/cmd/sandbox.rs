@@ -20,7 +20,8 @@ pub fn run(command: SandboxCommand) -> anyhow::Result<u8> {
 }
 
 fn check(args: &SandboxCheckArgs) -> anyhow::Result<u8> {
-    let report = sandbox::check();
+    let report =
+        sandbox::check().map_err(|e| crate::exit::coded(crate::exit::USAGE, e.to_string()))?;
     if args.json {
         let json = serde_json::to_string(&CheckJson {
             complete: report.is_complete(),

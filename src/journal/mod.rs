@@ -18,5 +18,5 @@ mod verify;
 pub use identity::{BrokerIdentity, process_start_time};
 pub use prune::{PruneError, PruneReport};
 pub use status::DayCounts;
-pub use store::{BUSY_TIMEOUT, InvocationRecord, Journal, JournalError, Row};
+pub use store::{BUSY_TIMEOUT, InvocationRecord, Journal, JournalError, Row, WAL_AUTOCHECKPOINT};
 pub use verify::VerifyReport;

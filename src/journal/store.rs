@@ -18,6 +18,9 @@ use super::kind;
 use super::schema;
 use crate::util;
 
+/// WAL frames between automatic checkpoints (SQLite's default is 1000).
+pub const WAL_AUTOCHECKPOINT: i64 = 8000;
+
 /// How long a writer waits for another process's write lock before giving up on a row.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
 

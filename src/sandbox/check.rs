@@ -4,7 +4,7 @@
 use std::os::fd::OwnedFd;
 
 use super::report::LayerReport;
-use super::{Spec, Stdio3, spawn};
+use super::{SandboxError, Spec, Stdio3, spawn};
 
 fn dev_null() -> Option<OwnedFd> {
     std::fs::OpenOptions::new()
@@ -16,7 +16,9 @@ fn dev_null() -> Option<OwnedFd> {
 }
 
 /// Every layer's state on this machine, for the current user (and the sandbox uid when root).
-pub fn check() -> LayerReport {
+/// A sandbox that cannot be built at all is a report with every layer unavailable and the reason;
+/// only a bad configuration (`$CYBEROS_SANDBOX_DISABLE`) is an error.
+pub fn check() -> Result<LayerReport, SandboxError> {
     let spec = Spec::new("/bin/true", Vec::new());
     let stdio = Stdio3 {
         stdin: dev_null(),
@@ -24,17 +26,18 @@ pub fn check() -> LayerReport {
         stderr: dev_null(),
     };
     match spawn(&spec, stdio) {
-        Ok(sandbox) => sandbox.report().clone(),
+        Ok(sandbox) => Ok(sandbox.report().clone()),
+        Err(e @ SandboxError::InvalidSpec(_)) => Err(e),
         Err(e) => {
-            let mut report = LayerReport::new();
             let mut reason = e.to_string();
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
                 reason.push_str(&format!(": {s}"));
                 source = s.source();
             }
+            let mut report = LayerReport::new();
             report.complete_with(&reason);
-            report
+            Ok(report)
         }
     }
 }

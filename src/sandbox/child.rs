@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use super::init::{self, Setup};
-use super::protocol::{self, FromInit, Ready, START};
+use super::protocol::{self, FromInit, Ready, Request, START};
 use super::report::{Layer, LayerReport, LayerState};
 use super::seccomp::{self, Profile};
 use super::{
@@ -40,11 +40,11 @@ pub fn child_main() -> u8 {
     let mut ctl = UnixStream::from(unsafe { OwnedFd::from_raw_fd(CONTROL_FD) });
     // SAFETY: F_SETFD on a descriptor we own: the init must not inherit it across anything.
     unsafe { libc::fcntl(CONTROL_FD, libc::F_SETFD, libc::FD_CLOEXEC) };
-    let spec: Spec = match protocol::read_frame(&mut ctl) {
-        Ok(Some(spec)) => spec,
+    let request: Request = match protocol::read_frame(&mut ctl) {
+        Ok(Some(request)) => request,
         _ => return crate::exit::BROKER_FAILED,
     };
-    match build(&spec, broker, &mut ctl) {
+    match build(&request.spec, &request.disable, broker, &mut ctl) {
         Ok(running) => running.supervise(&mut ctl),
         Err(error) => {
             let _unreported = protocol::write_frame(&mut ctl, &Ready::Failed { error });
@@ -74,7 +74,15 @@ fn state(result: &io::Result<()>) -> LayerState {
     }
 }
 
-fn build(spec: &Spec, broker: libc::pid_t, ctl: &mut UnixStream) -> Result<Running, String> {
+/// The reason given for a layer the operator switched off.
+pub(crate) const DISABLED: &str = "disabled by CYBEROS_SANDBOX_DISABLE";
+
+fn build(
+    spec: &Spec,
+    disable: &[Layer],
+    broker: libc::pid_t,
+    ctl: &mut UnixStream,
+) -> Result<Running, String> {
     env::validate(spec)?;
     let mut report = LayerReport::new();
     report.set(Layer::Env, LayerState::applied());
@@ -98,7 +106,9 @@ fn build(spec: &Spec, broker: libc::pid_t, ctl: &mut UnixStream) -> Result<Runni
 
     // The user namespace first: a root supervisor becomes the sandbox uid and enters it like any
     // unprivileged process, unless the kernel refuses that uid a user namespace.
-    let user_ns = if root {
+    let user_ns = if disable.contains(&Layer::UserNs) {
+        Err(io::Error::other(DISABLED))
+    } else if root {
         namespaces::probe_user_ns(uid, gid)
     } else {
         Ok(())
@@ -113,7 +123,10 @@ fn build(spec: &Spec, broker: libc::pid_t, ctl: &mut UnixStream) -> Result<Runni
     // SAFETY: geteuid has no preconditions.
     let still_root = unsafe { libc::geteuid() } == 0;
     report.set(Layer::UserNs, state(&user_ns));
-    for (layer, result) in namespaces::unshare_others() {
+    for layer in disable {
+        report.set(*layer, LayerState::unavailable(DISABLED));
+    }
+    for (layer, result) in namespaces::unshare_others(disable) {
         report.set(layer, state(&result));
     }
     let has = |layer| report.get(layer).is_applied();
@@ -123,7 +136,7 @@ fn build(spec: &Spec, broker: libc::pid_t, ctl: &mut UnixStream) -> Result<Runni
     } else {
         None
     };
-    report.set(Layer::Limits, limits::apply(&spec.limits));
+    report.set(Layer::Limits, limits::apply(&spec.limits, user_ns.is_ok()));
     report.set(
         Layer::Lifetime,
         match (lifetime::pdeathsig(), pid_ns) {
@@ -159,6 +172,7 @@ fn build(spec: &Spec, broker: libc::pid_t, ctl: &mut UnixStream) -> Result<Runni
             gid,
             drop_identity: still_root,
             groups_required: root,
+            disable,
         });
     }
     drop(init_sock);
@@ -167,7 +181,7 @@ fn build(spec: &Spec, broker: libc::pid_t, ctl: &mut UnixStream) -> Result<Runni
         sock,
         sigfd: init::signal_fd().map_err(|e| fail("create the signal descriptor", e))?,
     };
-    match harden_self(still_root, uid, gid, broker) {
+    match harden_self(still_root, uid, gid, broker, disable) {
         Ok(notes) => {
             for (layer, note) in notes {
                 report.worsen(layer, LayerState::degraded(format!("supervisor: {note}")));
@@ -214,6 +228,7 @@ fn harden_self(
     uid: u32,
     gid: u32,
     broker: libc::pid_t,
+    disable: &[Layer],
 ) -> Result<Vec<(Layer, String)>, String> {
     let fail = |what: &str, e: io::Error| format!("failed to {what}: {e}");
     if still_root {
@@ -228,12 +243,16 @@ fn harden_self(
     sys::prctl(libc::PR_SET_DUMPABLE, 0)
         .map_err(|e| fail("make the supervisor non-dumpable", e))?;
     identity::set_no_new_privs().map_err(|e| fail("set no_new_privs", e))?;
-    if let Err(e) = landlock::restrict_supervisor() {
-        notes.push((Layer::Landlock, e));
+    if !disable.contains(&Layer::Landlock) {
+        if let Err(e) = landlock::restrict_supervisor() {
+            notes.push((Layer::Landlock, e));
+        }
     }
-    let seccomp = seccomp::install(Profile::Supervisor);
-    if !seccomp.is_applied() {
-        notes.push((Layer::Seccomp, seccomp.reason.unwrap_or_default()));
+    if !disable.contains(&Layer::Seccomp) {
+        let seccomp = seccomp::install(Profile::Supervisor);
+        if !seccomp.is_applied() {
+            notes.push((Layer::Seccomp, seccomp.reason.unwrap_or_default()));
+        }
     }
     Ok(notes)
 }

@@ -22,8 +22,10 @@ struct CapData {
     inheritable: u32,
 }
 
-/// Becomes `uid:gid` with no supplementary groups (needs CAP_SETUID/CAP_SETGID).
+/// Becomes `uid:gid` with no supplementary groups (needs CAP_SETUID/CAP_SETGID). The bounding set
+/// is emptied first, while CAP_SETPCAP is still there: leaving root clears it.
 pub(crate) fn become_user(uid: u32, gid: u32) -> io::Result<()> {
+    drop_bounding()?;
     // SAFETY: an empty group list; setgroups only reads `size` entries.
     cvt(unsafe { libc::setgroups(0, std::ptr::null()) })?;
     // SAFETY: plain id arguments.
@@ -33,19 +35,28 @@ pub(crate) fn become_user(uid: u32, gid: u32) -> io::Result<()> {
     Ok(())
 }
 
-/// Empties the bounding and ambient sets, then the effective, permitted and inheritable sets.
-/// The bounding set needs CAP_SETPCAP, so this runs while the process still has it.
-pub(crate) fn drop_capabilities() -> io::Result<()> {
+/// Empties the bounding set. Without CAP_SETPCAP (an unprivileged process outside any user
+/// namespace) it stays as it is: `verify` reports that, and no_new_privs keeps it unusable.
+fn drop_bounding() -> io::Result<()> {
     for cap in 0..64 {
         match sys::prctl(libc::PR_CAPBSET_READ, cap) {
-            Ok(1) => {
-                sys::prctl(libc::PR_CAPBSET_DROP, cap)?;
-            }
+            Ok(1) => match sys::prctl(libc::PR_CAPBSET_DROP, cap) {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Ok(()),
+                other => {
+                    other?;
+                }
+            },
             Ok(_) => {}
             // EINVAL: past the last capability this kernel knows.
-            Err(_) => break,
+            Err(_) => return Ok(()),
         }
     }
+    Ok(())
+}
+
+/// Empties the bounding and ambient sets, then the effective, permitted and inheritable sets.
+pub(crate) fn drop_capabilities() -> io::Result<()> {
+    drop_bounding()?;
     // Ambient capabilities may be unsupported (EINVAL) on old kernels, where there are none to clear.
     match sys::prctl(
         libc::PR_CAP_AMBIENT,

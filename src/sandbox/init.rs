@@ -18,7 +18,7 @@ use super::landlock;
 use super::lifetime;
 use super::mounts;
 use super::protocol::{self, FromInit, START};
-use super::report::{Layer, LayerState};
+use super::report::{Layer, LayerState, Status};
 use super::seccomp::{self, Profile};
 use super::sys;
 
@@ -38,6 +38,8 @@ pub(crate) struct Setup<'a> {
     pub drop_identity: bool,
     /// Whether supplementary groups must be gone (they cannot be for an unprivileged broker).
     pub groups_required: bool,
+    /// Layers the operator switched off.
+    pub disable: &'a [Layer],
 }
 
 /// Signals the init and the supervisor handle through a signalfd; blocked before the fork so that
@@ -155,17 +157,21 @@ fn prepare(setup: &Setup<'_>) -> Result<Prepared, String> {
     // becomes dumpable again at execve, so the broker can still check its peers.
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| fail("make the init non-dumpable", e))?;
     identity::set_no_new_privs().map_err(|e| fail("set no_new_privs", e))?;
-    layers.push((
-        Layer::Landlock,
-        landlock::restrict_sandbox(spec, host_view, true),
-    ));
+    if !setup.disable.contains(&Layer::Landlock) {
+        layers.push((
+            Layer::Landlock,
+            landlock::restrict_sandbox(spec, host_view, true),
+        ));
+    }
     let plan = env::plan(spec, host_view)?;
     let sigfd = signal_fd().map_err(|e| fail("create the signal descriptor", e))?;
     if !setup.pid_ns {
         // Without a pid namespace, orphans come to the init, which kills them at the end.
         sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1).map_err(|e| fail("become a subreaper", e))?;
     }
-    layers.push((Layer::Seccomp, seccomp::install(Profile::Sandbox)));
+    if !setup.disable.contains(&Layer::Seccomp) {
+        layers.push((Layer::Seccomp, seccomp::install(Profile::Sandbox)));
+    }
     let mut identity = identity::verify(setup.uid, setup.gid, setup.groups_required);
     if let Err(e) = caps {
         identity = LayerState::unavailable(format!("failed to drop capabilities: {e}"));
@@ -314,8 +320,24 @@ fn kill_descendants_until_none() {
 /// The program's side of the fork: a clean signal state, its own session, fds 0–2 only, then
 /// `execve`. Never returns.
 fn exec_program(setup: &Setup<'_>, plan: &ExecPlan) -> ! {
-    // SAFETY: an empty mask restores default delivery; SIG_DFL for the signals the init handled.
+    // Every disposition back to default (the Rust runtime ignores SIGPIPE, and an ignored signal
+    // stays ignored across execve), then an empty mask, then a session of its own.
+    // The raw system call, because libc refuses to touch the signals it reserves (32, 33), which an
+    // ignoring parent may also have passed down.
+    // SAFETY: rt_sigaction with a zeroed kernel sigaction (SIG_DFL, no flags, empty mask) and no
+    // old-action pointer only changes this process's dispositions; SIGKILL/SIGSTOP fail with EINVAL.
+    // sigprocmask with an initialised empty set only changes this process's mask.
     unsafe {
+        let default = [0u64; 4];
+        for sig in 1..=64 {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                default.as_ptr(),
+                std::ptr::null_mut::<u8>(),
+                8usize,
+            );
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -327,8 +349,10 @@ fn exec_program(setup: &Setup<'_>, plan: &ExecPlan) -> ! {
             exit(125);
         }
         // The init's domain still reads the host's /proc to find orphans; the program's does not.
-        if !landlock::restrict_sandbox(setup.spec, true, false).is_applied()
-            && landlock::kernel_abi() > 0
+        let landlock_wanted =
+            !setup.disable.contains(&Layer::Landlock) && landlock::kernel_abi() > 0;
+        if landlock_wanted
+            && landlock::restrict_sandbox(setup.spec, true, false).status == Status::Unavailable
         {
             let _unreported = writeln!(
                 std::io::stderr(),

@@ -40,7 +40,7 @@ pub use check::check;
 pub use child::child_main;
 pub use command::{CommandOutput, run_command, run_command_with_binary};
 pub use report::{Layer, LayerReport, LayerState, Status};
-pub use spawn::{Sandbox, spawn, spawn_with_binary};
+pub use spawn::{DISABLE_VAR, Sandbox, spawn, spawn_with_binary};
 
 /// Where the scratch directory appears inside: the program's `HOME`, `TMPDIR` and usual `cwd`.
 pub const SCRATCH_INSIDE: &str = "/tmp/scratch";

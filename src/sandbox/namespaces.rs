@@ -70,14 +70,19 @@ fn with_context(e: io::Error, what: &str) -> io::Error {
     io::Error::new(e.kind(), format!("failed to write {what}: {e}"))
 }
 
-/// Unshares the other namespaces, all at once when possible, else one by one so that the report
-/// says which are missing.
-pub(crate) fn unshare_others() -> Vec<(Layer, io::Result<()>)> {
-    let all = OTHERS.iter().fold(0, |acc, (flag, _)| acc | flag);
+/// Unshares the other namespaces but those in `skip`, all at once when possible, else one by one
+/// so that the report says which are missing.
+pub(crate) fn unshare_others(skip: &[Layer]) -> Vec<(Layer, io::Result<()>)> {
+    let wanted: Vec<(libc::c_int, Layer)> = OTHERS
+        .iter()
+        .copied()
+        .filter(|(_, layer)| !skip.contains(layer))
+        .collect();
+    let all = wanted.iter().fold(0, |acc, (flag, _)| acc | flag);
     if unshare(all).is_ok() {
-        return OTHERS.iter().map(|&(_, layer)| (layer, Ok(()))).collect();
+        return wanted.iter().map(|&(_, layer)| (layer, Ok(()))).collect();
     }
-    OTHERS
+    wanted
         .iter()
         .map(|&(flag, layer)| (layer, unshare(flag)))
         .collect()

@@ -6,6 +6,7 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
+use super::Spec;
 use super::report::{Layer, LayerReport, LayerState};
 
 /// Largest frame either side accepts: a Spec with a long argument list fits easily.
@@ -13,6 +14,14 @@ const MAX_FRAME: usize = 8 * 1024 * 1024;
 
 /// The single byte that lets the init start the program.
 pub(crate) const START: u8 = b'S';
+
+/// Broker → supervisor: what to build.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Request {
+    pub spec: Spec,
+    /// Layers the operator switched off (`$CYBEROS_SANDBOX_DISABLE`).
+    pub disable: Vec<Layer>,
+}
 
 /// Supervisor → broker, once the sandbox is built (or failed to be).
 #[derive(Debug, Serialize, Deserialize)]

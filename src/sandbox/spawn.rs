@@ -12,8 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use super::child::CONTROL_FD;
-use super::protocol::{self, Ready, START};
-use super::report::LayerReport;
+use super::protocol::{self, Ready, Request, START};
+use super::report::{Layer, LayerReport};
 use super::{Exit, Mode, SandboxError, Spec, Stdio3, env, sys};
 
 /// A built sandbox: the program runs once [`Sandbox::start`] is called. Dropping it kills and
@@ -55,6 +55,7 @@ pub fn spawn_with_binary(
     stdio3: Stdio3,
 ) -> Result<Sandbox, SandboxError> {
     env::validate(spec).map_err(SandboxError::InvalidSpec)?;
+    let disable = disabled_layers()?;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 && matches!(spec.run_as, Some((0, _))) {
         return Err(SandboxError::InvalidSpec(
@@ -120,7 +121,11 @@ pub fn spawn_with_binary(
         started: false,
         exit: None,
     };
-    if let Err(e) = protocol::write_frame(&sandbox.ctl, spec) {
+    let request = Request {
+        spec: spec.clone(),
+        disable,
+    };
+    if let Err(e) = protocol::write_frame(&sandbox.ctl, &request) {
         return Err(sandbox.fail(SandboxError::Control(e)));
     }
     match protocol::read_frame::<_, Ready>(&sandbox.ctl) {
@@ -150,6 +155,51 @@ pub fn spawn_with_binary(
         return Err(sandbox.fail(SandboxError::Incomplete(report)));
     }
     Ok(sandbox)
+}
+
+/// The variable an operator sets to switch layers off, to see how a skill fares on a kernel that
+/// lacks them (comma-separated layer names).
+pub const DISABLE_VAR: &str = "CYBEROS_SANDBOX_DISABLE";
+
+/// Whether `layer` can be switched off: only those a kernel may lack (the namespaces, Landlock,
+/// seccomp). The others cost nothing to apply and every kernel has them.
+fn disableable(layer: Layer) -> bool {
+    !matches!(
+        layer,
+        Layer::Env
+            | Layer::Fds
+            | Layer::Limits
+            | Layer::Identity
+            | Layer::Session
+            | Layer::Lifetime
+    )
+}
+
+fn disabled_layers() -> Result<Vec<Layer>, SandboxError> {
+    let Ok(value) = std::env::var(DISABLE_VAR) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match Layer::ALL
+            .into_iter()
+            .find(|&l| l.name() == name && disableable(l))
+        {
+            Some(layer) => out.push(layer),
+            None => {
+                let known: Vec<_> = Layer::ALL
+                    .into_iter()
+                    .filter(|&l| disableable(l))
+                    .map(Layer::name)
+                    .collect();
+                return Err(SandboxError::InvalidSpec(format!(
+                    "{DISABLE_VAR} names {name:?}, which is not one of {}",
+                    known.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn exit_of(status: std::process::ExitStatus) -> Exit {

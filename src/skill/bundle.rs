@@ -153,11 +153,15 @@ pub fn load_skill_md(path: &Path, broker: &semver::Version) -> Result<Bundle, Lo
         None => skill_md_path,
     };
     let bytes = read_skill_md(&skill_md_path)?;
+    let validation = crate::telemetry::frontmatter_validate();
+    let parsed = parse_bytes(&bytes, broker);
+    let errors = parsed.as_ref().map_or_else(Vec::len, |_| 0);
+    validation.end(errors, parsed.as_ref().ok().map(|p| p.manifest.id.as_str()));
     let Parsed {
         manifest,
         frontmatter,
         ..
-    } = parse_bytes(&bytes, broker).map_err(|errors| LoadError::Invalid {
+    } = parsed.map_err(|errors| LoadError::Invalid {
         path: skill_md_path.clone(),
         errors,
     })?;

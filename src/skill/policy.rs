@@ -139,10 +139,12 @@ impl Policy {
     }
 
     /// Is this host allowed by `x-allowed-domains`? The host is lowercased and a trailing dot
-    /// dropped first, so `API.Example.COM.` is `api.example.com`.
+    /// dropped first, so `API.Example.COM.` is `api.example.com`. A name with an empty label
+    /// (`.example.com`, `a..example.com`) is never allowed: `*` would match the empty label and
+    /// let it past `*.example.com`, which admits subdomains only.
     pub fn domain_allowed(&self, host: &str) -> bool {
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        !host.is_empty() && self.domains.is_match(&host)
+        let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+        !host.is_empty() && !host.split('.').any(str::is_empty) && self.domains.is_match(&host)
     }
 
     /// Does any file glob possibly match something under `dir`? Used to refuse a Glob/Grep root
@@ -207,6 +209,30 @@ mod tests {
         assert_eq!(canonical_memory_path("/./a//b/../../../../c").unwrap(), "c");
         assert!(canonical_memory_path("a/\0b").is_err());
         assert!(canonical_memory_path("a/..").is_err());
+    }
+
+    #[test]
+    fn a_subdomain_glob_refuses_names_with_an_empty_label() {
+        let mut m = crate::skill::parse(
+            "---\nid: d\nversion: 1.0.0\ndescription: d\nallowed_memory_scopes: []\nallowed_tools: []\n---\n",
+            &crate::skill::broker_version(),
+        )
+        .expect("valid");
+        m.allowed_domains = vec!["*.example.com".into()];
+        let policy = Policy::from_manifest(&m).expect("compiles");
+        assert!(policy.domain_allowed("api.example.com"));
+        assert!(policy.domain_allowed("API.Example.COM."));
+        for host in [
+            ".example.com",
+            "..example.com",
+            "a..example.com",
+            "example.com",
+            "api.example.com..",
+            "",
+            ".",
+        ] {
+            assert!(!policy.domain_allowed(host), "{host:?} was allowed");
+        }
     }
 
     #[test]

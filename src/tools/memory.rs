@@ -212,6 +212,7 @@ impl Tool for MemoryEmit {
         let seq = journal
             .append(kind::MEMORY_EMITTED, &Value::Object(row))
             .map_err(|e| ToolError::failed("journal", e.to_string()))?;
+        crate::telemetry::export_journal_row(journal, &inv.invocation_id, seq, &ctx.trace);
         let mut result = json!({"row_seq": seq});
         if let Some(hash) = content_hash {
             result["content_hash"] = json!(hash);

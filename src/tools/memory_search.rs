@@ -1,24 +1,19 @@
 //! `MemorySearch` (CONTRACT §5): full-text search over the memory store, every query term
 //! required, ranked by BM25 (term frequency with a document-length norm).
 //!
-//! The index is a SQLite FTS5 table in `$CYBEROS_HOME/memory-index.db` (beside the memory root,
-//! never inside it, so it is not itself a memory document). It is a cache: before each search the
-//! part of the tree being searched is walked and any document whose (mtime, size, inode) changed
-//! is re-read, so a search always sees the store as it is. Documents are read through the same
-//! symlink-refusing opener as `MemoryRead`; the walk never follows a symlink. Every result is
-//! filtered by `allowed_memory_scopes` before it is returned. Deleting the index file is always
-//! safe: the next search rebuilds it.
+//! The index ([`memory_index`](super::memory_index)) is brought up to date for the searched part
+//! of the tree before each search; documents are read only through the same symlink-refusing
+//! opener as `MemoryRead`, each result is read again before it is returned, and every result is
+//! filtered by `allowed_memory_scopes` (and the `path` prefix).
 
-use std::collections::{HashMap, HashSet};
-use std::os::unix::fs::MetadataExt;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use rusqlite::{Connection, params};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::skill::policy::canonical_memory_path;
 use crate::tools::memory::{self, checked_memory_path};
+use crate::tools::memory_index::Index;
 use crate::tools::{CallContext, Tool, ToolError, ToolName, parse_args};
 
 /// Results returned when the call does not say.
@@ -134,7 +129,7 @@ impl Tool for MemorySearch {
         let req = request(ctx, args)?;
         let root = &ctx.invocation.memory_root;
         let index = Index::open(&index_path(root))?;
-        index.sync(root, req.prefix.as_deref())?;
+        index.sync(root, req.prefix.as_deref().unwrap_or(""))?;
         let policy = &ctx.invocation.policy;
         let under = |path: &str| match &req.prefix {
             None => true,
@@ -144,22 +139,23 @@ impl Tool for MemorySearch {
         };
         let mut results = Vec::new();
         let mut truncated = false;
-        for (path, score) in index.query(&req.terms)? {
-            if !under(&path) || !policy.memory_allowed(&path) {
-                continue;
+        index.query(&req.terms, |path, score| {
+            if !under(path) || !policy.memory_allowed(path) {
+                return true;
             }
             // The document is read again through the safe opener; one that vanished or became a
             // symlink since the index saw it is not a result.
-            let Ok(body) = memory::read_document(root, &path) else {
-                continue;
+            let Ok(body) = memory::read_document(root, path) else {
+                return true;
             };
             if results.len() == req.limit {
                 truncated = true;
-                break;
+                return false;
             }
             let (line, snippet) = locate(&body, &req.terms);
             results.push(json!({"path": path, "score": score, "line": line, "snippet": snippet}));
-        }
+            true
+        })?;
         Ok(json!({"results": results, "truncated": truncated}))
     }
 }
@@ -204,202 +200,6 @@ fn snippet(line: &str, terms: &[String]) -> String {
         out.push('…');
     }
     out
-}
-
-struct Index {
-    conn: Connection,
-}
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS docs (
-    id       INTEGER PRIMARY KEY,
-    path     TEXT NOT NULL UNIQUE,
-    mtime_ns INTEGER NOT NULL,
-    size     INTEGER NOT NULL,
-    ino      INTEGER NOT NULL
-);
-CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
-    body, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 0'
-);
-";
-
-/// What the walk saw of one document.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    mtime_ns: i64,
-    size: i64,
-    ino: i64,
-}
-
-fn index_err(e: rusqlite::Error) -> ToolError {
-    ToolError::failed("index", format!("failed to use the memory index: {e}"))
-}
-
-impl Index {
-    fn open(path: &Path) -> Result<Self, ToolError> {
-        let conn = Connection::open(path).map_err(index_err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(index_err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(index_err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(index_err)?;
-        conn.execute_batch(SCHEMA).map_err(index_err)?;
-        Ok(Self { conn })
-    }
-
-    /// Brings the index up to date for the documents under `prefix` (all when `None`).
-    fn sync(&self, root: &Path, prefix: Option<&str>) -> Result<(), ToolError> {
-        let mut seen: HashMap<String, Stamp> = HashMap::new();
-        let start = match prefix {
-            Some(p) => root.join(p),
-            None => root.to_path_buf(),
-        };
-        walk(root, &start, &mut seen);
-        let mut known: HashMap<String, (i64, Stamp)> = HashMap::new();
-        {
-            let mut stmt = self
-                .conn
-                .prepare_cached("SELECT id, path, mtime_ns, size, ino FROM docs")
-                .map_err(index_err)?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, String>(1)?,
-                        (
-                            r.get(0)?,
-                            Stamp {
-                                mtime_ns: r.get(2)?,
-                                size: r.get(3)?,
-                                ino: r.get(4)?,
-                            },
-                        ),
-                    ))
-                })
-                .map_err(index_err)?;
-            for row in rows {
-                let (path, entry) = row.map_err(index_err)?;
-                known.insert(path, entry);
-            }
-        }
-        let in_walk = |path: &str| match prefix {
-            None => true,
-            Some(p) => path
-                .strip_prefix(p)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')),
-        };
-        let gone: Vec<i64> = known
-            .iter()
-            .filter(|(p, _)| in_walk(p) && !seen.contains_key(*p))
-            .map(|(_, (id, _))| *id)
-            .collect();
-        let changed: Vec<(&String, &Stamp)> = seen
-            .iter()
-            .filter(|(p, stamp)| known.get(*p).is_none_or(|(_, s)| s != *stamp))
-            .collect();
-        if gone.is_empty() && changed.is_empty() {
-            return Ok(());
-        }
-        let tx = self.conn.unchecked_transaction().map_err(index_err)?;
-        for id in gone {
-            tx.execute("DELETE FROM docs_fts WHERE rowid = ?1", params![id])
-                .map_err(index_err)?;
-            tx.execute("DELETE FROM docs WHERE id = ?1", params![id])
-                .map_err(index_err)?;
-        }
-        for (path, stamp) in changed {
-            // Another search may have indexed it meanwhile: always replace by path.
-            let old: Option<i64> = tx
-                .query_row("SELECT id FROM docs WHERE path = ?1", params![path], |r| {
-                    r.get(0)
-                })
-                .ok();
-            if let Some(id) = old {
-                tx.execute("DELETE FROM docs_fts WHERE rowid = ?1", params![id])
-                    .map_err(index_err)?;
-                tx.execute("DELETE FROM docs WHERE id = ?1", params![id])
-                    .map_err(index_err)?;
-            }
-            // Unreadable now (raced away, became a symlink, not UTF-8 past repair): not indexed,
-            // and picked up again when it changes.
-            let Ok(body) = read_for_index(root, path) else {
-                continue;
-            };
-            tx.execute(
-                "INSERT INTO docs (path, mtime_ns, size, ino) VALUES (?1, ?2, ?3, ?4)",
-                params![path, stamp.mtime_ns, stamp.size, stamp.ino],
-            )
-            .map_err(index_err)?;
-            let id = tx.last_insert_rowid();
-            tx.execute(
-                "INSERT INTO docs_fts (rowid, body) VALUES (?1, ?2)",
-                params![id, body],
-            )
-            .map_err(index_err)?;
-        }
-        tx.commit().map_err(index_err)
-    }
-
-    /// Every indexed document holding all `terms`, best first, with a positive score.
-    fn query(&self, terms: &[String]) -> Result<Vec<(String, f64)>, ToolError> {
-        // Each term quoted, so query syntax in the input is only ever text.
-        let query = terms
-            .iter()
-            .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT d.path, bm25(docs_fts) AS rank FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid
-                 WHERE docs_fts MATCH ?1 ORDER BY rank, d.path",
-            )
-            .map_err(index_err)?;
-        let rows = stmt
-            .query_map(params![query], |r| {
-                Ok((r.get::<_, String>(0)?, -r.get::<_, f64>(1)?))
-            })
-            .map_err(index_err)?;
-        rows.collect::<Result<_, _>>().map_err(index_err)
-    }
-}
-
-fn read_for_index(root: &Path, path: &str) -> Result<String, ToolError> {
-    memory::read_document(root, path)
-}
-
-/// Every regular file under `dir` (never through a symlink), by canonical memory path.
-fn walk(root: &Path, dir: &Path, out: &mut HashMap<String, Stamp>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Ok(ft) = entry.file_type() else { continue };
-        let path = entry.path();
-        if ft.is_dir() {
-            walk(root, &path, out);
-        } else if ft.is_file() && !memory::is_temp_name(&entry.file_name()) {
-            let Some(rel) = path.strip_prefix(root).ok().and_then(Path::to_str) else {
-                continue;
-            };
-            let Ok(rel) = canonical_memory_path(rel) else {
-                continue;
-            };
-            let Ok(meta) = entry.metadata() else { continue };
-            let mtime_ns = meta
-                .mtime()
-                .saturating_mul(1_000_000_000)
-                .saturating_add(meta.mtime_nsec());
-            out.insert(
-                rel,
-                Stamp {
-                    mtime_ns,
-                    size: meta.size() as i64,
-                    ino: meta.ino() as i64,
-                },
-            );
-        }
-    }
 }
 
 #[cfg(test)]
@@ -539,10 +339,13 @@ mod tests {
         );
     }
 
-    /// Measurement, not a pass/fail timing: `cargo test --release --lib memory_search_scale -- --ignored --nocapture`.
+    /// Measurement, not a pass/fail timing:
+    /// `cargo test --release --lib memory_search_scale -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn memory_search_scale() {
+        use crate::tools::memory_index::Index;
+        use std::time::{Duration, Instant, SystemTime};
         let fx = Fixture::new(Allow {
             memory: &["memories/**"],
             ..Default::default()
@@ -550,58 +353,117 @@ mod tests {
         let words = [
             "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
         ];
-        let t = std::time::Instant::now();
+        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        let t = Instant::now();
+        let mut x = 88172645463325252u64;
         for i in 0..100_000usize {
             let dir = fx.memory().join(format!("memories/d{}", i % 100));
             if i < 100 {
                 std::fs::create_dir_all(&dir).unwrap();
             }
+            // 200 words from a xorshift stream: each document holds a given word with p ≈ 1-0.9^200.
             let body: String = (0..200)
-                .map(|j| words[(i * 7 + j * 13 + j * j) % words.len()])
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    words[(x % 10) as usize]
+                })
                 .collect::<Vec<_>>()
                 .join(" ");
-            std::fs::write(
-                dir.join(format!("n{i}.md")),
-                format!("note {i}\n{body}\nunique{i}\n"),
-            )
-            .unwrap();
+            let path = dir.join(format!("n{i}.md"));
+            std::fs::write(&path, format!("note {i}\n{body}\nunique{i}\n")).unwrap();
+            // An existing store, not one written this second.
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        }
+        for d in 0..100 {
+            let dir = fx.memory().join(format!("memories/d{d}"));
+            std::fs::File::open(&dir)
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
         }
         eprintln!("wrote 100k documents in {:?}", t.elapsed());
-        for label in [
-            "first search (builds the index)",
-            "second search",
-            "third search",
-        ] {
-            let t = std::time::Instant::now();
-            let out = fx
-                .run(&MemorySearch, json!({"query": "alpha theta"}))
+        let db = index_path(fx.memory());
+        let root = fx.memory().to_path_buf();
+        let set_full = |ms: i64| {
+            let c = rusqlite::Connection::open(&db).unwrap();
+            c.execute("UPDATE meta SET value = ?1", rusqlite::params![ms])
                 .unwrap();
-            eprintln!(
-                "{label}: {:?}, {} results",
-                t.elapsed(),
-                out["results"].as_array().unwrap().len()
-            );
+        };
+        let time = |label: &str, f: &mut dyn FnMut()| {
+            let t = Instant::now();
+            f();
+            eprintln!("{label}: {:?}", t.elapsed());
+        };
+        time("first search, builds the index", &mut || {
+            fx.run(&MemorySearch, json!({"query": "alpha gamma"}))
+                .unwrap();
+        });
+        let index = Index::open(&db).unwrap();
+        set_full(0);
+        time("sync with a full re-stat of 100k documents", &mut || {
+            index.sync(&root, "").unwrap()
+        });
+        set_full(crate::util::now_ms());
+        time("sync, nothing changed (directory stamps only)", &mut || {
+            index.sync(&root, "").unwrap()
+        });
+        fx.run(
+            &crate::tools::memory::MemoryEmit,
+            json!({"path": "memories/d3/new.md", "body": "zebra crossing"}),
+        )
+        .unwrap();
+        set_full(crate::util::now_ms());
+        time("sync after a MemoryEmit", &mut || {
+            index.sync(&root, "").unwrap()
+        });
+        for (label, terms) in [
+            ("query, 1 match", vec!["zebra"]),
+            ("query, ~100k matches", vec!["alpha", "gamma"]),
+        ] {
+            let terms: Vec<String> = terms.into_iter().map(str::to_owned).collect();
+            time(label, &mut || {
+                let mut n = 0;
+                index
+                    .query(&terms, |_, _| {
+                        n += 1;
+                        n <= 20
+                    })
+                    .unwrap();
+            });
         }
-        let t = std::time::Instant::now();
-        let out = fx
-            .run(&MemorySearch, json!({"query": "unique4242"}))
-            .unwrap();
-        eprintln!(
-            "rare term: {:?} -> {}",
-            t.elapsed(),
-            out["results"][0]["path"]
+        set_full(crate::util::now_ms());
+        time(
+            "whole MemorySearch call, rare term, no full check due",
+            &mut || {
+                fx.run(&MemorySearch, json!({"query": "unique4242"}))
+                    .unwrap();
+            },
         );
-        let t = std::time::Instant::now();
-        let out = fx
-            .run(
-                &MemorySearch,
-                json!({"query": "alpha", "path": "memories/d7"}),
-            )
-            .unwrap();
-        eprintln!(
-            "under one directory (1k docs): {:?}, {} results",
-            t.elapsed(),
-            out["results"].as_array().unwrap().len()
+        set_full(crate::util::now_ms());
+        time(
+            "whole MemorySearch call, common terms, no full check due",
+            &mut || {
+                fx.run(&MemorySearch, json!({"query": "alpha gamma"}))
+                    .unwrap();
+            },
+        );
+        set_full(crate::util::now_ms());
+        time(
+            "whole MemorySearch call under one directory (1k docs)",
+            &mut || {
+                fx.run(
+                    &MemorySearch,
+                    json!({"query": "alpha", "path": "memories/d7"}),
+                )
+                .unwrap();
+            },
         );
     }
 }

@@ -2,9 +2,15 @@
 //! dispatches through. Tools know nothing of sockets or JSON-RPC: they take parsed arguments and a
 //! [`CallContext`], and return a JSON result or a [`ToolError`].
 
+pub mod bash;
 pub mod files;
 mod fsutil;
+pub mod http;
+mod http_guard;
+#[cfg(test)]
+mod http_tests;
 pub mod memory;
+mod memory_index;
 pub mod memory_search;
 pub mod search;
 mod sys;
@@ -107,6 +113,8 @@ pub struct Invocation {
     pub journal: Option<Arc<Journal>>,
     /// When the invocation's budget runs out (100 %).
     pub deadline: Instant,
+    /// `--sandbox`: the Bash tool's sandbox is held to the same standard as the skill's.
+    pub sandbox_mode: crate::sandbox::Mode,
 }
 
 /// One `tool.call` as a tool sees it.
@@ -229,9 +237,12 @@ pub fn registry() -> &'static BTreeMap<ToolName, Box<dyn Tool>> {
             Box::new(files::Edit),
             Box::new(search::Glob),
             Box::new(search::Grep),
+            Box::new(bash::Bash),
             Box::new(memory::MemoryRead),
             Box::new(memory_search::MemorySearch),
             Box::new(memory::MemoryEmit),
+            Box::new(http::HttpFetch),
+            Box::new(http::HttpPost),
         ];
         tools.into_iter().map(|t| (t.name(), t)).collect()
     })

@@ -66,6 +66,7 @@ impl Fixture {
             policy: Arc::new(Policy::from_manifest(&manifest).expect("policy")),
             journal: Some(Arc::new(journal)),
             deadline: Instant::now() + Duration::from_secs(60),
+            sandbox_mode: crate::sandbox::Mode::BestEffort,
         };
         Self {
             home,

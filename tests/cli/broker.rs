@@ -699,3 +699,253 @@ fn every_broker_command_has_an_example_in_its_help() {
         out.assert_stdout_contains(&format!("cyberos skill broker {sub}"));
     }
 }
+
+/// A python skill that talks to the broker directly (see invoke.rs).
+fn py_skill(world: &World, name: &str, frontmatter_tools: &str, body: &str) -> std::path::PathBuf {
+    let md = format!(
+        "---\nid: {name}\nversion: 1.0.0\ndescription: journal test skill {name}\nallowed_memory_scopes: [\"notes/**\"]\n{frontmatter_tools}\n---\nA test skill.\n"
+    );
+    world.bundle(name, &md, &format!("{}{body}", crate::invoke::PY_PRELUDE))
+}
+
+#[test]
+fn status_counts_real_invocations_exactly() {
+    let world = World::new();
+    let worker = py_skill(
+        &world,
+        "worker",
+        "allowed_tools: [MemoryEmit, MemoryRead]\ndisallowed_tools: [Bash]",
+        r#"s = connect()
+call(s, "MemoryEmit", {"path": "notes/a.md", "body": "a"}, id=1)
+call(s, "MemoryRead", {"path": "notes/a.md"}, id=2)
+call(s, "Bash", {"command": "id"}, id=3)
+call(s, "HttpFetch", {"url": "https://example.com/"}, id=4)
+call(s, "MemoryRead", {"path": "secrets/x.md"}, id=5)
+"#,
+    );
+    let sleeper = py_skill(
+        &world,
+        "sleeper",
+        "allowed_tools: [MemoryRead]",
+        r#"s = connect()
+call(s, "MemoryRead", {"path": "notes/none.md"}, id=1)
+while True:
+    time.sleep(0.05)
+"#,
+    );
+    let mut expect_calls = 0;
+    let mut expect_denied = 0;
+    for _ in 0..2 {
+        let summary = world
+            .cmd(["skill", "invoke", "--json"])
+            .arg(&worker)
+            .success()
+            .json();
+        assert_eq!(
+            (summary["tool_calls"].as_i64(), summary["denied"].as_i64()),
+            (Some(5), Some(3)),
+            "{summary}"
+        );
+        expect_calls += 5;
+        expect_denied += 3;
+    }
+    let summary = world
+        .cmd(["skill", "invoke", "--json", "--timeout", "2s"])
+        .arg(&sleeper)
+        .code(124)
+        .json();
+    assert_eq!(summary["outcome"], "timeout");
+    expect_calls += 1;
+
+    let status = world.cmd(["skill", "broker", "status"]).success().json();
+    assert_eq!(status["tool_calls_today"], expect_calls, "{status}");
+    assert_eq!(status["denied_today"], expect_denied, "{status}");
+    assert_eq!(status["timeouts_today"], 1, "{status}");
+    assert_eq!(status["invocations_today"], 3, "{status}");
+    assert_eq!(status["active_invocations"], 0, "{status}");
+    assert_eq!(status["crashed"], json!([]), "{status}");
+    world.cmd(["skill", "broker", "verify"]).success();
+}
+
+#[test]
+fn tail_follows_a_running_invocation_within_250ms_of_each_row() {
+    let world = World::new();
+    let id = &uuid::Uuid::new_v4().to_string();
+    let bundle = py_skill(
+        &world,
+        "stepper",
+        "allowed_tools: [MemoryEmit, MemoryRead]",
+        r#"s = connect()
+go = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "go")
+for n in range(1, 4):
+    call(s, "MemoryEmit", {"path": "notes/%d.md" % n, "body": "x"}, id=n)
+    # Wait for the test to say "next", so each row is written while tail is following.
+    while not os.path.exists("%s%d" % (go, n)):
+        time.sleep(0.01)
+call(s, "Bash", {"command": "id"}, id=9)
+"#,
+    );
+    let mut invoke = world
+        .cmd(["skill", "invoke", "--invocation-id", id])
+        .arg(&bundle)
+        .start();
+    let mut tail = world
+        .cmd([
+            "skill",
+            "broker",
+            "tail",
+            "--invocation",
+            id,
+            "--json",
+            "--wait",
+            "30s",
+        ])
+        .spawn();
+    let rx = lines_of(&mut tail);
+    let mut kinds = Vec::new();
+    let mut worst = Duration::ZERO;
+    let mut step = 1;
+    while let Some((_, line)) = next_line(&rx, Duration::from_secs(30)) {
+        let seen_ms = cyberos::util::now_ms();
+        let row: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        // The row's own timestamp is taken under the write lock, just before it commits.
+        let written_ms = parse_ts(row["ts"].as_str().expect("ts"));
+        let kind = row["kind"].as_str().unwrap().to_owned();
+        // Every row after the first "go" is written while tail is already following.
+        if step > 1 {
+            worst = worst.max(Duration::from_millis((seen_ms - written_ms).max(0) as u64));
+        }
+        if kind == kind::TOOL_CALL_COMPLETED && step <= 3 {
+            std::fs::write(bundle.join(format!("go{step}")), "").unwrap();
+            step += 1;
+        }
+        kinds.push(kind);
+        if kinds.last().map(String::as_str) == Some(kind::INVOKED_COMPLETED) {
+            break;
+        }
+    }
+    assert_eq!(
+        wait_exit(&mut tail, Duration::from_secs(10)),
+        Some(0),
+        "{kinds:?}"
+    );
+    assert!(invoke.wait().success());
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some(kind::INVOKED_STARTED),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| *k == kind::TOOL_CALL_COMPLETED)
+            .count(),
+        3,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| *k == kind::TOOL_DENIED).count(),
+        1,
+        "{kinds:?}"
+    );
+    assert!(
+        worst <= Duration::from_millis(250),
+        "a row took {worst:?} to show"
+    );
+}
+
+/// Milliseconds since the epoch of a journal timestamp (`2026-11-29T08:00:00.123Z`).
+fn parse_ts(ts: &str) -> i64 {
+    let num = |r: std::ops::Range<usize>| ts[r].parse::<i64>().expect("timestamp");
+    let days = cyberos::util::days_from_civil(num(0..4), num(5..7) as u32, num(8..10) as u32);
+    days * 86_400_000 + ((num(11..13) * 60 + num(14..16)) * 60 + num(17..19)) * 1000 + num(20..23)
+}
+
+#[test]
+fn replay_names_the_call_a_sigkilled_broker_was_running() {
+    let world = World::new();
+    let id = &uuid::Uuid::new_v4().to_string();
+    // A Grep over all of /usr for a string that is nowhere: seconds of work, ample time to
+    // kill the broker while the call runs.
+    let bundle = py_skill(
+        &world,
+        "grepper",
+        "allowed_tools: [MemoryRead, Grep]\nx-allowed-files: [\"/usr/**\"]",
+        r#"s = connect()
+call(s, "MemoryRead", {"path": "notes/none.md"}, id=1)
+call(s, "Grep", {"pattern": "zq-never-in-any-file-[0-9]{40}", "path": "/usr"}, id=2)
+"#,
+    );
+    let mut invoke = world
+        .cmd(["skill", "invoke", "--invocation-id", id])
+        .arg(&bundle)
+        .start();
+    let grep_started = |world: &World| {
+        Journal::open_existing(&world.home())
+            .ok()
+            .flatten()
+            .and_then(|j| {
+                j.rows_for(id, 0)
+                    .ok()?
+                    .into_iter()
+                    .find(|r| r.kind == kind::TOOL_CALL_STARTED && r.payload["tool_name"] == "Grep")
+            })
+    };
+    wait_for(Duration::from_secs(30), || grep_started(&world)).expect("the Grep call started");
+    // SAFETY: kill(2) of the broker this test spawned and has not reaped.
+    assert_eq!(unsafe { libc::kill(invoke.id() as i32, libc::SIGKILL) }, 0);
+    invoke.wait();
+    let j = Journal::open_existing(&world.home()).unwrap().unwrap();
+    let rows = j.rows_for(id, 0).unwrap();
+    if rows
+        .iter()
+        .any(|r| r.kind == kind::TOOL_CALL_COMPLETED && r.payload["tool_name"] == "Grep")
+    {
+        eprintln!("skipped: the Grep call finished before the broker could be killed");
+        return;
+    }
+
+    let replay = world
+        .cmd(["skill", "broker", "replay", "--invocation", id, "--json"])
+        .success()
+        .json();
+    assert_eq!(replay["outcome"], "incomplete", "{replay}");
+    // The memory file does not exist: a completed call with outcome error.
+    assert_eq!(replay["calls"][0]["outcome"], "error", "{replay}");
+    assert_eq!(replay["calls"][1]["tool_name"], "Grep", "{replay}");
+    assert_eq!(replay["calls"][1]["outcome"], "incomplete", "{replay}");
+    let problems = replay["integrity"]["problems"].to_string();
+    assert!(problems.contains("crash during call 2 ("), "{replay}");
+    assert!(problems.contains("Grep): started at row"), "{replay}");
+    let status = world.cmd(["skill", "broker", "status"]).success().json();
+    assert_eq!(status["active_invocations"], 0, "{status}");
+    assert_eq!(
+        status["crashed"][0]["invocation_id"],
+        id.as_str(),
+        "{status}"
+    );
+    world
+        .cmd(["skill", "broker", "tail", "--invocation", id])
+        .code(1)
+        .assert_stderr_contains("no longer running");
+    world.cmd(["skill", "broker", "verify"]).success();
+    // The killed broker could not remove its socket and scratch directory.
+    for leftover in [
+        format!("/tmp/cyberos-skill-broker.{id}.sock"),
+        format!("/tmp/cyberos-scratch.{id}"),
+    ] {
+        let path = std::path::Path::new(&leftover);
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(path)
+        } else {
+            std::fs::remove_file(path)
+        };
+        if let Err(err) = removed {
+            assert_eq!(
+                err.kind(),
+                std::io::ErrorKind::NotFound,
+                "{leftover}: {err}"
+            );
+        }
+    }
+}

@@ -45,6 +45,12 @@ impl Style {
         format!("\x1b[{code}m{text}\x1b[0m")
     }
 
+    /// An outcome, padded to `width` columns before any colour is added.
+    pub fn outcome_padded(self, outcome: &str, width: usize) -> String {
+        let pad = width.saturating_sub(outcome.chars().count());
+        format!("{}{}", self.outcome(outcome), " ".repeat(pad))
+    }
+
     pub fn outcome(self, outcome: &str) -> String {
         let tone = match outcome {
             "success" | "ok" => Tone::Good,

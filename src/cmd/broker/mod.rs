@@ -10,8 +10,6 @@ mod verify;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
-
 use crate::cli::BrokerCommand;
 use crate::journal::Journal;
 
@@ -26,23 +24,9 @@ pub fn run(command: BrokerCommand) -> anyhow::Result<u8> {
     }
 }
 
-/// The cyberos home: `--home` > `$CYBEROS_HOME` > `$XDG_DATA_HOME/cyberos` >
-/// `~/.local/share/cyberos` (CONTRACT §2).
-pub(crate) fn home(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let var = |name| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(home) = arg.map(Path::to_owned).or_else(|| var("CYBEROS_HOME")) {
-        return Ok(home);
-    }
-    if let Some(xdg) = var("XDG_DATA_HOME").filter(|p| p.is_absolute()) {
-        return Ok(xdg.join("cyberos"));
-    }
-    var("HOME")
-        .map(|h| h.join(".local/share/cyberos"))
-        .context("failed to find the cyberos home: set --home, $CYBEROS_HOME or $HOME")
+/// The cyberos home (CONTRACT §2).
+fn home(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
+    Ok(crate::paths::home(arg)?)
 }
 
 /// Opens an existing journal; a missing one is `None` (the caller decides what that means).

@@ -48,23 +48,22 @@ fn print_human(r: &Replay, style: Style) {
         r.calls.len()
     );
     for (i, call) in r.calls.iter().enumerate() {
-        let dash = |v: Option<&str>| v.map_or_else(|| "-".to_owned(), str::to_owned);
-        println!(
-            "{:>4}  {}  {:<12} {:<12} {}  {}  args {}  result {}",
+        let dash = |v: Option<&str>| v.unwrap_or("-").to_owned();
+        let line = format!(
+            "{:>4}  {}  {:<12} {}  {:>8}  args {:<12}  result {:<12}  {}",
             i + 1,
             call.started_at
                 .as_deref()
                 .map_or("-", |t| t.get(11..23).unwrap_or(t)),
             call.tool_name,
-            style.outcome(&call.outcome),
-            call.reason
-                .as_deref()
-                .map_or_else(String::new, |r| format!("{r} ")),
+            style.outcome_padded(&call.outcome, 11),
             call.duration_ms
                 .map_or_else(|| "-".to_owned(), |d| format!("{d} ms")),
             dash(call.args_hash.as_deref().map(prefix)),
             dash(call.result_hash.as_deref().map(prefix)),
+            call.reason.as_deref().unwrap_or(""),
         );
+        println!("{}", line.trim_end());
     }
     if r.problems.is_empty() {
         println!("integrity: ok");

@@ -52,11 +52,16 @@ pub fn run(args: &TailArgs) -> anyhow::Result<u8> {
     let deadline = Instant::now() + wait;
 
     // Until the invocation shows up (or the journal itself does).
+    let mut opened = None;
     let journal = loop {
-        if let Some(journal) = super::open(&home)?
-            && (journal.invocation(id)?.is_some() || !journal.rows_for(id, 0)?.is_empty())
-        {
-            break journal;
+        if opened.is_none() {
+            opened = super::open(&home)?;
+        }
+        if let Some(journal) = opened.take() {
+            if journal.invocation(id)?.is_some() || !journal.rows_for(id, 0)?.is_empty() {
+                break journal;
+            }
+            opened = Some(journal);
         }
         if let Some(code) = signals.received() {
             return Ok(code);
