@@ -5,6 +5,14 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // The re-executed sandbox supervisor starts on every invocation: dispatch it before building
+    // the whole command-line parser, which it does not need.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == cyberos::cli::SANDBOX_CHILD_COMMAND)
+    {
+        return ExitCode::from(cyberos::sandbox::child_main());
+    }
     let cli = match cyberos::cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

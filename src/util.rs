@@ -14,7 +14,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// Serialises `value` as RFC 8785 canonical JSON: object keys sorted by UTF-16 code units, no
 /// insignificant whitespace, strings escaped minimally.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = String::with_capacity(256);
     write_canonical(value, &mut out);
     out
 }
@@ -26,7 +26,8 @@ pub fn canonical_hash(value: &Value) -> String {
 
 fn write_canonical(value: &Value, out: &mut String) {
     match value {
-        Value::Null | Value::Bool(_) => out.push_str(&value.to_string()),
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Number(n) => write_number(n, out),
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
@@ -40,16 +41,26 @@ fn write_canonical(value: &Value, out: &mut String) {
             out.push(']');
         }
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            // RFC 8785 orders keys by UTF-16 code units. Byte order is the same order unless a
+            // key holds a character at or above U+E000, and the map usually iterates sorted
+            // already: compare UTF-16 only when it can make a difference.
+            if entries
+                .iter()
+                .any(|(k, _)| k.chars().any(|c| c >= '\u{e000}'))
+            {
+                entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            } else if !entries.is_sorted_by(|a, b| a.0 <= b.0) {
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+            }
             out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
+            for (i, (key, item)) in entries.into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
                 write_string(key, out);
                 out.push(':');
-                write_canonical(&map[key], out);
+                write_canonical(item, out);
             }
             out.push('}');
         }
@@ -87,22 +98,33 @@ fn write_number(n: &serde_json::Number, out: &mut String) {
 }
 
 fn write_string(s: &str, out: &mut String) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    // Copy runs that need no escape in one go; only `"`, `\` and control characters are escaped.
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..0x20 => "",
+            _ => continue,
+        };
+        // `i` is at an ASCII byte, so both slices end on character boundaries.
+        out.push_str(&s[start..i]);
+        if escape.is_empty() {
+            let _ = write!(out, "\\u{:04x}", b);
+        } else {
+            out.push_str(escape);
         }
+        start = i + 1;
     }
+    out.push_str(&s[start..]);
     out.push('"');
 }
 
@@ -291,6 +313,19 @@ pub fn fill_random(buf: &mut [u8]) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn canonical_strings_escape_exactly_the_required_characters() {
+        let s = "plain é 😀 \"q\" back\\slash \u{8}\u{c}\n\r\t \u{1} \u{1f} \u{7f}";
+        assert_eq!(
+            canonical_json(&json!(s)),
+            "\"plain é 😀 \\\"q\\\" back\\\\slash \\b\\f\\n\\r\\t \\u0001 \\u001f \u{7f}\""
+        );
+        // Keys are ordered by UTF-16 code units: U+FF61 sorts after U+1F600 in UTF-16 (a
+        // surrogate pair starts with 0xD83D) although it is before it in UTF-8.
+        let v = json!({"\u{ff61}": 1, "\u{1f600}": 2, "b": 3, "a": 4});
+        assert_eq!(canonical_json(&v), "{\"a\":4,\"b\":3,\"😀\":2,\"｡\":1}");
+    }
 
     #[test]
     fn canonical_json_sorts_keys_and_drops_whitespace() {

@@ -9,6 +9,7 @@
 
 mod client;
 mod common;
+mod dispatch;
 mod enforcement;
 mod invoke;
 mod journal_load;
@@ -97,6 +98,14 @@ fn main() {
     if args.first().map(String::as_str) == Some("__client") {
         std::process::exit(client::main(&args[1..]));
     }
+    if args.first().map(String::as_str) == Some("__profile") {
+        let n = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(100_000);
+        match args.get(1).map(String::as_str) {
+            Some("dispatch") => dispatch::profile(n),
+            other => panic!("unknown profile target {other:?}"),
+        }
+        return;
+    }
     // `cargo test --all-targets` runs this target without `--bench`: check the suite's own
     // arithmetic and file handling, and measure nothing.
     if !args.iter().any(|a| a == "--bench") {
@@ -125,6 +134,22 @@ fn main() {
     }
     if want(2) {
         eprintln!("case 2: tool-call round trips");
+        let h = dispatch::Harness::new();
+        let batches = if q { 50 } else { 200 };
+        let list = dispatch::measure(&h, dispatch::TOOL_LIST, batches);
+        let read = dispatch::measure(&h, dispatch::MEMORY_READ, batches);
+        rows.push(report::Row::new(
+            "2. tool-call round trip",
+            "in-process `dispatch::handle` alone: `tool.list`",
+            report::Unit::Us,
+            list,
+        ));
+        rows.push(report::Row::new(
+            "2. tool-call round trip",
+            "in-process `dispatch::handle` alone: audited `MemoryRead` (2 journal rows)",
+            report::Unit::Us,
+            read,
+        ));
         rows.extend(rpc::run(
             &ws,
             if q { 2 } else { 6 },

@@ -3,8 +3,8 @@
 //! worker threads; shares nothing mutable but counters.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -43,6 +43,8 @@ pub struct Shared {
     next_call: AtomicU64,
     last_tool_call: Mutex<Option<String>>,
     journal_warned: AtomicBool,
+    /// The `tool.list` result, serialised on first use: it cannot change during an invocation.
+    tool_list: OnceLock<Vec<u8>>,
 }
 
 impl Shared {
@@ -67,6 +69,7 @@ impl Shared {
             next_call: AtomicU64::new(1),
             last_tool_call: Mutex::new(None),
             journal_warned: AtomicBool::new(journal_warned),
+            tool_list: OnceLock::new(),
         }
     }
 
@@ -123,7 +126,12 @@ impl Shared {
         })
     }
 
-    fn tool_list(&self) -> Value {
+    fn tool_list(&self) -> &[u8] {
+        self.tool_list
+            .get_or_init(|| to_vec(&self.build_tool_list()))
+    }
+
+    fn build_tool_list(&self) -> Value {
         let tools: Vec<Value> = self
             .inv
             .policy
@@ -155,34 +163,75 @@ pub fn needs_worker(message: &Message) -> bool {
 /// Handles a parsed frame and returns the response body, or None when nothing is to be sent
 /// (notifications only).
 pub fn handle(shared: &Shared, message: Message) -> Option<Vec<u8>> {
-    let response = match message {
-        Message::Error(err) => Some(err),
-        Message::Single(item) => handle_item(shared, item),
+    match message {
+        Message::Error(err) => Some(to_vec(&err)),
+        Message::Single(item) => handle_item(shared, item).map(|a| a.body),
         Message::Batch(items) => {
-            let responses: Vec<Value> = items
+            let answers: Vec<Answer> = items
                 .into_iter()
                 .filter_map(|item| handle_item(shared, item))
                 .collect();
-            (!responses.is_empty()).then_some(Value::Array(responses))
+            if answers.is_empty() {
+                return None;
+            }
+            // The array is the items' own bytes joined: each was serialised exactly once.
+            let size = answers.iter().map(|a| a.body.len() + 1).sum::<usize>() + 1;
+            if size <= MAX_RESPONSE {
+                let mut body = Vec::with_capacity(size);
+                body.push(b'[');
+                for (i, answer) in answers.iter().enumerate() {
+                    if i > 0 {
+                        body.push(b',');
+                    }
+                    body.extend_from_slice(&answer.body);
+                }
+                body.push(b']');
+                return Some(body);
+            }
+            // Each item's own cap was applied in `handle_item`, so this is a batch whose sum is
+            // too large: answer each id with the error.
+            let err = too_large_error("response_too_large", size, MAX_RESPONSE);
+            let replaced: Vec<Value> = answers
+                .iter()
+                .map(|a| jsonrpc::error_response(&a.id, &err))
+                .collect();
+            Some(to_vec(&Value::Array(replaced)))
         }
-    }?;
-    let body = serde_json::to_vec(&response).unwrap_or_default();
-    if body.len() <= MAX_RESPONSE {
-        return Some(body);
     }
-    // Only results can be this large; each item's own cap was applied in `handle_item`, so this
-    // is a batch whose sum is too large: answer each id with the error.
-    let too_large = |id: &Value| {
-        jsonrpc::error_response(
-            id,
-            &too_large_error("response_too_large", body.len(), MAX_RESPONSE),
-        )
-    };
-    let replaced = match response {
-        Value::Array(items) => Value::Array(items.iter().map(|r| too_large(&r["id"])).collect()),
-        single => too_large(&single["id"]),
-    };
-    Some(serde_json::to_vec(&replaced).unwrap_or_default())
+}
+
+fn to_vec(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// One item's response, serialised, with its id (needed if the whole batch is too large).
+struct Answer {
+    id: Value,
+    body: Vec<u8>,
+}
+
+/// A method's result: a value, or bytes serialised once per invocation (`tool.list`).
+enum Reply<'a> {
+    Value(Value),
+    Raw(&'a [u8]),
+}
+
+/// `{"id":ID,"jsonrpc":"2.0","result":RESULT}`, written directly (the key order serde_json
+/// gives the equivalent object) so that a large result is serialised once.
+fn success_body(id: &Value, reply: &Reply<'_>) -> Vec<u8> {
+    let mut body = Vec::with_capacity(64);
+    body.extend_from_slice(b"{\"id\":");
+    // Writing JSON values into a Vec cannot fail.
+    let _infallible = serde_json::to_writer(&mut body, id);
+    body.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"result\":");
+    match reply {
+        Reply::Value(value) => {
+            let _infallible = serde_json::to_writer(&mut body, value);
+        }
+        Reply::Raw(bytes) => body.extend_from_slice(bytes),
+    }
+    body.push(b'}');
+    body
 }
 
 /// The error answered for a frame or response over its cap.
@@ -200,16 +249,22 @@ pub fn request_too_large(len: u32) -> Vec<u8> {
     serde_json::to_vec(&jsonrpc::error_response(&Value::Null, &err)).unwrap_or_default()
 }
 
-fn handle_item(shared: &Shared, item: Item) -> Option<Value> {
+fn handle_item(shared: &Shared, item: Item) -> Option<Answer> {
     let request = match item {
-        Item::Invalid(err) => return Some(err),
+        Item::Invalid(err) => {
+            let id = err.get("id").cloned().unwrap_or(Value::Null);
+            return Some(Answer {
+                id,
+                body: to_vec(&err),
+            });
+        }
         Item::Call(request) => request,
     };
     let Request { id, method, params } = request;
     let outcome = match method.as_str() {
-        "tool.call" => observed_tool_call(shared, &params, id.as_ref()),
-        "tool.list" => Ok(shared.tool_list()),
-        "broker.status" => Ok(shared.status()),
+        "tool.call" => observed_tool_call(shared, &params, id.as_ref()).map(Reply::Value),
+        "tool.list" => Ok(Reply::Raw(shared.tool_list())),
+        "broker.status" => Ok(Reply::Value(shared.status())),
         other => Err(RpcError::new(
             METHOD_NOT_FOUND,
             "Method not found",
@@ -218,21 +273,21 @@ fn handle_item(shared: &Shared, item: Item) -> Option<Value> {
     };
     // A notification gets no response, whatever happened.
     let id = id?;
-    Some(match outcome {
-        Ok(result) => {
-            let response = jsonrpc::result_response(&id, result);
-            let size = serde_json::to_vec(&response).map_or(0, |b| b.len());
-            if size > MAX_RESPONSE {
-                jsonrpc::error_response(
+    let body = match outcome {
+        Ok(reply) => {
+            let body = success_body(&id, &reply);
+            if body.len() > MAX_RESPONSE {
+                to_vec(&jsonrpc::error_response(
                     &id,
-                    &too_large_error("response_too_large", size, MAX_RESPONSE),
-                )
+                    &too_large_error("response_too_large", body.len(), MAX_RESPONSE),
+                ))
             } else {
-                response
+                body
             }
         }
-        Err(err) => jsonrpc::error_response(&id, &err),
-    })
+        Err(err) => to_vec(&jsonrpc::error_response(&id, &err)),
+    };
+    Some(Answer { id, body })
 }
 
 struct CallParams {

@@ -69,6 +69,8 @@ pub enum InvokeError {
     Sandbox(#[source] sandbox::SandboxError),
     #[error("failed to set up signal handling: {0}")]
     Signals(#[source] std::io::Error),
+    #[error("failed to start a thread: {0}")]
+    Thread(#[source] std::io::Error),
     #[error("broker event loop failed: {0}")]
     Loop(#[source] std::io::Error),
 }
@@ -257,7 +259,15 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
             }
         }
     }
-    socket::sweep(journal.as_deref());
+    // What dead brokers left in /tmp is swept while the sandbox is built, not before: a busy
+    // /tmp can take milliseconds to list. Our own socket, registered and alive, is never swept.
+    let sweeping = {
+        let journal = journal.clone();
+        std::thread::Builder::new()
+            .name("cyberos-sweep".into())
+            .spawn(move || socket::sweep(journal.as_deref()))
+            .map_err(InvokeError::Thread)?
+    };
 
     // Scratch lives beside the socket in /tmp, not in the home: the sandbox mounts it as the
     // sandbox uid, which cannot reach a root broker's home. mkdir refuses an existing path (or a
@@ -385,10 +395,19 @@ pub fn run(req: InvokeRequest) -> Result<Summary, InvokeError> {
         sigterm,
     };
     let outcome = server::run(Arc::clone(&shared), input).map_err(InvokeError::Loop)?;
+    // Nothing of the sandbox is left: remove its socket and scratch directory while the last
+    // rows are written (directory operations in a busy /tmp can take milliseconds).
+    let removing = std::thread::Builder::new()
+        .name("cyberos-cleanup".into())
+        .spawn(move || drop(cleanup));
     let mut summary = finish(&shared, &req, &outcome, started, report);
     // Every writer of the pipe was in the sandbox, which is gone: the relay sees EOF.
     summary.needs_newline = relay.is_some_and(|r| r.join().unwrap_or(false));
     invoke_span.end(&telemetry::InvokeEnd::from_summary(&summary.json));
+    if let Ok(removing) = removing {
+        let _removed = removing.join();
+    }
+    let _swept = sweeping.join();
     Ok(summary)
 }
 
@@ -440,7 +459,7 @@ fn finish(
     let tool_calls = shared.tool_calls.load(std::sync::atomic::Ordering::Relaxed);
     let denied = shared.denied.load(std::sync::atomic::Ordering::Relaxed);
     let signal_name = signal.map(signal_name);
-    let _unaudited = shared.record(
+    let completed = shared.record(
         kind::INVOKED_COMPLETED,
         &shared.trace,
         json!({
@@ -453,9 +472,15 @@ fn finish(
         }),
     );
     if let Some(journal) = &shared.inv.journal {
-        if let Err(e) = journal.complete_invocation(&req.invocation_id) {
-            shared.warn_journal(&e.to_string());
+        // The completed row marks the invocation completed in its own transaction; only
+        // without that row is the mark written on its own.
+        if completed.is_err() {
+            if let Err(e) = journal.complete_invocation(&req.invocation_id) {
+                shared.warn_journal(&e.to_string());
+            }
         }
+        // Our last row is written: keep the log short for whoever opens the journal next.
+        journal.trim_log();
     }
     Summary {
         json: json!({

@@ -4,6 +4,7 @@
 //! module stores, verifies and queries rows; it never decides policy.
 
 pub mod chain;
+mod contention;
 mod identity;
 pub mod kind;
 mod prune;
@@ -18,5 +19,7 @@ mod verify;
 pub use identity::{BrokerIdentity, process_start_time};
 pub use prune::{PruneError, PruneReport};
 pub use status::DayCounts;
-pub use store::{BUSY_TIMEOUT, InvocationRecord, Journal, JournalError, Row, WAL_AUTOCHECKPOINT};
+pub use store::{
+    BUSY_TIMEOUT, InvocationRecord, Journal, JournalError, LOG_TRIM_BYTES, Row, WAL_AUTOCHECKPOINT,
+};
 pub use verify::VerifyReport;

@@ -9,10 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 
 use super::chain::{self, GENESIS, Hash};
+use super::contention::{self, GroupCommit, Pending};
 use super::identity::BrokerIdentity;
 use super::kind;
 use super::schema;
@@ -20,6 +22,10 @@ use crate::util;
 
 /// WAL frames between automatic checkpoints (SQLite's default is 1000).
 pub const WAL_AUTOCHECKPOINT: i64 = 8000;
+
+/// The length past which an invocation empties the write-ahead log when it ends
+/// ([`Journal::trim_log`]): about 15 invocations' rows, read back in well under a millisecond.
+pub const LOG_TRIM_BYTES: u64 = 256 * 1024;
 
 /// How long a writer waits for another process's write lock before giving up on a row.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -127,11 +133,17 @@ impl Inner {
         payload: &Value,
         payload_json: &str,
     ) -> rusqlite::Result<i64> {
+        self.insert_json(kind, invocation_id_of(payload), payload_json)
+    }
+
+    /// [`Self::insert_row`] for a payload already serialised (its invocation id given apart).
+    fn insert_json(
+        &mut self,
+        kind: &str,
+        invocation_id: &str,
+        payload_json: &str,
+    ) -> rusqlite::Result<i64> {
         let conn = &self.conn;
-        let invocation_id = payload
-            .get("invocation_id")
-            .and_then(Value::as_str)
-            .unwrap_or("");
         let data_version: i64 = conn
             .prepare_cached("PRAGMA data_version")?
             .query_row([], |r| r.get(0))?;
@@ -212,10 +224,19 @@ impl Inner {
     }
 }
 
+/// The payload's `invocation_id` as the indexed column stores it ("" when absent).
+fn invocation_id_of(payload: &Value) -> &str {
+    payload
+        .get("invocation_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
 /// The journal: one SQLite connection behind a mutex, shareable between the broker's threads.
 pub struct Journal {
     inner: Mutex<Inner>,
     path: PathBuf,
+    group: GroupCommit,
 }
 
 impl Journal {
@@ -239,8 +260,15 @@ impl Journal {
             path: path.clone(),
             source,
         };
-        let conn = Connection::open_with_flags(&path, flags).map_err(open_err)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        let mut conn = Connection::open_with_flags(&path, flags).map_err(open_err)?;
+        conn.busy_handler(Some(contention::busy_handler()))
+            .map_err(open_err)?;
+        // Closing must not checkpoint: every command that opens the journal (each invocation,
+        // each `broker status`) would pay two fsyncs for it, and its successor a third to start
+        // a new log. An invocation resets the log when it ends instead, once it is long enough
+        // to slow the next opener down (`trim_log`).
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(open_err)?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .map_err(open_err)?;
@@ -262,6 +290,7 @@ impl Journal {
         }
         Ok(Self {
             inner: Mutex::new(Inner { conn, tip: None }),
+            group: GroupCommit::default(),
             path,
         })
     }
@@ -283,11 +312,71 @@ impl Journal {
 
     /// Appends one row and returns its `seq`. `payload` must carry `invocation_id`, `skill_id`
     /// and `trace_id`. An `skill.invoked_completed` row also marks its invocation completed.
+    ///
+    /// Rows appended concurrently by other threads may share its transaction (group commit);
+    /// it returns once that transaction has committed.
     pub fn append(&self, kind: &str, payload: &Value) -> Result<i64, JournalError> {
-        let payload_json = util::canonical_json(payload);
-        self.lock()
-            .write(|inner| inner.insert_row(kind, payload, &payload_json))
-            .map_err(JournalError::Write)
+        let row = Pending {
+            kind: kind.to_owned(),
+            invocation_id: invocation_id_of(payload).to_owned(),
+            payload_json: util::canonical_json(payload),
+        };
+        self.group.append(row, |rows| self.write_batch(rows))
+    }
+
+    /// Writes `rows` in one transaction; if that fails, each in its own, so that every row gets
+    /// its own result.
+    fn write_batch(&self, rows: &[Pending]) -> Vec<Result<i64, JournalError>> {
+        let mut inner = self.lock();
+        let insert = |inner: &mut Inner, row: &Pending| {
+            inner.insert_json(&row.kind, &row.invocation_id, &row.payload_json)
+        };
+        if rows.len() > 1 {
+            let all: rusqlite::Result<Vec<i64>> =
+                inner.write(|inner| rows.iter().map(|r| insert(inner, r)).collect());
+            if let Ok(seqs) = all {
+                return seqs.into_iter().map(Ok).collect::<Vec<_>>();
+            }
+        }
+        rows.iter()
+            .map(|row| {
+                inner
+                    .write(|inner| insert(inner, row))
+                    .map_err(JournalError::Write)
+            })
+            .collect()
+    }
+
+    /// Copies the write-ahead log into the database and empties it, if it has grown past
+    /// [`LOG_TRIM_BYTES`]. The first process to open the journal rebuilds the log's index by
+    /// reading every frame in it, so a long log slows down every invocation and every `broker`
+    /// command that follows; SQLite's own checkpoints copy the log but leave it for that reader.
+    /// An invocation calls this once it has written its last row. Nothing waits: while another
+    /// process is using the journal, the log is left for whoever ends last.
+    pub fn trim_log(&self) {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let long = std::fs::metadata(&wal).is_ok_and(|m| m.len() > LOG_TRIM_BYTES);
+        if !long {
+            return;
+        }
+        let mut inner = self.lock();
+        // Without a busy handler a checkpoint that would have to wait reports "busy" at once.
+        let trimmed = inner.conn.busy_timeout(Duration::ZERO).and_then(|()| {
+            inner
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+        });
+        match trimmed {
+            Ok(0) => {}
+            Ok(_busy) => tracing::debug!("journal log left as it is: the journal is in use"),
+            Err(e) => tracing::debug!("journal log left as it is: {e}"),
+        }
+        if let Err(e) = inner.conn.busy_handler(Some(contention::busy_handler())) {
+            tracing::warn!("failed to restore the journal's busy handler: {e}");
+        }
     }
 
     /// Records that an invocation started under this broker; refuses an id already used.

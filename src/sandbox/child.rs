@@ -109,17 +109,14 @@ fn build(
     let user_ns = if disable.contains(&Layer::UserNs) {
         Err(io::Error::other(DISABLED))
     } else if root {
-        namespaces::probe_user_ns(uid, gid)
+        let entered = namespaces::enter_user_ns_from_root(uid, gid);
+        // Credential changes clear the parent-death signal, whether or not the namespace came.
+        lifetime::die_with_parent(broker)
+            .map_err(|e| format!("failed to re-arm the parent-death signal: {e}"))?;
+        entered
     } else {
-        Ok(())
-    };
-    let user_ns = user_ns.and_then(|()| {
-        if root {
-            identity::become_user(uid, gid)?;
-            lifetime::die_with_parent(broker)?;
-        }
         namespaces::enter_user_ns(uid, gid)
-    });
+    };
     // SAFETY: geteuid has no preconditions.
     let still_root = unsafe { libc::geteuid() } == 0;
     report.set(Layer::UserNs, state(&user_ns));

@@ -22,34 +22,42 @@ fn unshare(flags: libc::c_int) -> io::Result<()> {
     cvt(unsafe { libc::unshare(flags) }).map(drop)
 }
 
-/// Whether `uid:gid` could create a user namespace, asked of a throwaway child so that a root
-/// supervisor can still fall back to namespaces without one when the answer is no.
-pub(crate) fn probe_user_ns(uid: u32, gid: u32) -> io::Result<()> {
-    // SAFETY: the supervisor is single-threaded; the child only makes raw system calls and _exits.
-    let pid = cvt(unsafe { libc::fork() })?;
-    if pid == 0 {
-        let code = match super::identity::become_user(uid, gid)
-            .and_then(|()| unshare(libc::CLONE_NEWUSER))
-        {
-            Ok(()) => 0,
-            Err(e) => e.raw_os_error().unwrap_or(libc::EPERM).clamp(1, 255),
-        };
-        // SAFETY: _exit never returns and runs no destructors of the copied parent state.
-        unsafe { libc::_exit(code) };
+/// For a root supervisor: becomes `uid:gid` (no supplementary groups) and enters a user
+/// namespace mapping only them. The saved set-user-ID stays 0 until the namespace exists, so
+/// that when the kernel refuses that uid a namespace, the process returns to root and can fall
+/// back to namespaces without one (the init then drops to `uid:gid` itself). Asking first in a
+/// throwaway child would cost a fork and a wait on every invocation.
+///
+/// The parent-death signal is cleared by these credential changes: the caller re-arms it.
+pub(crate) fn enter_user_ns_from_root(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: an empty group list; setgroups only reads `size` entries.
+    cvt(unsafe { libc::setgroups(0, std::ptr::null()) })?;
+    // SAFETY: plain id arguments.
+    cvt(unsafe { libc::setresgid(gid, gid, gid) })?;
+    // SAFETY: plain id arguments; the saved uid stays root for the fallback below.
+    cvt(unsafe { libc::setresuid(uid, uid, 0) })?;
+    if let Err(e) = unshare(libc::CLONE_NEWUSER) {
+        // SAFETY: plain id arguments. Returning to the saved uid 0 is always allowed, and it
+        // restores the permitted capabilities needed to restore the gid.
+        cvt(unsafe { libc::setresuid(0, 0, 0) })?;
+        // SAFETY: plain id arguments.
+        cvt(unsafe { libc::setresgid(0, 0, 0) })?;
+        return Err(e);
     }
-    let mut status = 0;
-    // SAFETY: waiting for the child we just forked.
-    cvt(unsafe { libc::waitpid(pid, &mut status, 0) })?;
-    match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
-        (true, 0) => Ok(()),
-        (true, errno) => Err(io::Error::from_raw_os_error(errno)),
-        _ => Err(io::Error::other("user namespace probe died")),
-    }
+    write_maps(uid, gid)?;
+    // Host root cannot even be named inside the namespace; drop it from the saved uid anyway.
+    // SAFETY: plain id arguments, mapped by the line just written.
+    cvt(unsafe { libc::setresuid(uid, uid, uid) }).map(drop)
 }
 
 /// Enters a new user namespace mapping only `uid` and `gid` to themselves.
 pub(crate) fn enter_user_ns(uid: u32, gid: u32) -> io::Result<()> {
     unshare(libc::CLONE_NEWUSER)?;
+    write_maps(uid, gid)
+}
+
+/// Writes this process's new user namespace's maps: `uid` and `gid` to themselves, nothing else.
+fn write_maps(uid: u32, gid: u32) -> io::Result<()> {
     // A setuid() from root made this process non-dumpable, which makes its /proc files root-owned
     // and the maps unwritable; the supervisor turns this off again once set up.
     sys::prctl(libc::PR_SET_DUMPABLE, 1)?;
