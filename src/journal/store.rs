@@ -20,7 +20,12 @@ use super::kind;
 use super::schema;
 use crate::util;
 
-/// WAL frames between automatic checkpoints (SQLite's default is 1000).
+/// WAL frames between SQLite's automatic checkpoints (its default is 1000). Appends rewrite the
+/// same few rightmost pages of the rows table, its index and the counters, so a checkpoint copies
+/// few distinct pages however many frames it covers, and its cost is its two fsyncs: at 1000
+/// frames (about 100 audited tool calls) they were most of a tool call's wall time. The log this
+/// leaves (up to ~32 MB) is read back only by a process that opens the journal while no other
+/// process has it open, and an invocation empties it when it ends ([`Journal::trim_log`]).
 pub const WAL_AUTOCHECKPOINT: i64 = 8000;
 
 /// The length past which an invocation empties the write-ahead log when it ends
@@ -280,6 +285,8 @@ impl Journal {
         // NORMAL in WAL mode: a committed row survives any process crash; only a power loss
         // can take the newest commits with it. FULL would fsync on every tool call.
         conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT)
             .map_err(open_err)?;
         match retry_busy(|| schema::ensure(&conn)).map_err(open_err)? {
             Ok(()) => {}
