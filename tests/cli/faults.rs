@@ -687,19 +687,27 @@ fn tmp_full_when_the_socket_is_created_is_exit_125_and_leaves_nothing_behind() {
     };
     let world = World::new();
     let bundle = fault_skill(&world, "tmpfull", "out('ran', True)\n");
-    // The world lives in /tmp: keep it visible through a bind from outside /tmp, then put a
-    // tmpfs with a handful of inodes over /tmp, and use them all up.
-    let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("keep-{}", std::process::id()));
-    std::fs::create_dir_all(&keep).expect("keep dir");
-    let w = world.path().display().to_string();
-    ns.sh(&format!(
-        "mount --bind /tmp {keep}\n\
-         mount -t tmpfs -o size=1m,nr_inodes=32,mode=1777 cyberos-test /tmp\n\
-         mkdir -p {w}\nmount --bind {keep}/{name} {w}\n\
-         i=0; while touch /tmp/fill.$i 2>/dev/null; do i=$((i+1)); done",
-        keep = keep.display(),
-        name = world.path().file_name().unwrap().to_string_lossy(),
-    ));
+    // The world (and the binary, when the checkout itself is under /tmp) lives in /tmp: park
+    // the real /tmp on /mnt inside the namespace, put a tmpfs with a handful of inodes over
+    // /tmp, bind back what the test needs, and use the remaining inodes up.
+    let park = Path::new("/mnt");
+    if !park.is_dir() {
+        eprintln!("skipped: /tmp full: no /mnt to park the real /tmp on inside the namespace");
+        return;
+    }
+    let binaries = Path::new(BIN).parent().expect("the binary's directory");
+    let mut script = String::from(
+        "mount --bind /tmp /mnt\n\
+         mount -t tmpfs -o size=1m,nr_inodes=32,mode=1777 cyberos-test /tmp\n",
+    );
+    for needed in [world.path(), binaries] {
+        if let Ok(rel) = needed.strip_prefix("/tmp") {
+            let (at, from) = (needed.display(), park.join(rel));
+            script += &format!("mkdir -p {at}\nmount --bind {} {at}\n", from.display());
+        }
+    }
+    script += "i=0; while touch /tmp/fill.$i 2>/dev/null; do i=$((i+1)); done";
+    ns.sh(&script);
     let id = "7e3b1a2c-4f5d-4789-abcd-ef0123456789";
     let out = run(ns.cyberos(
         &world,
@@ -727,7 +735,6 @@ fn tmp_full_when_the_socket_is_created_is_exit_125_and_leaves_nothing_behind() {
         String::from_utf8_lossy(&leftovers.stdout)
     );
     drop(ns);
-    std::fs::remove_dir(&keep).expect("keep dir is empty again");
     let status = world.cmd(["skill", "broker", "status"]).success().json();
     assert_eq!(status["active_invocations"], 0);
 }
