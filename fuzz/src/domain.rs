@@ -241,12 +241,9 @@ fn check_http_tool(policy: &Arc<Policy>, text: &str) {
         );
         return;
     };
-    let host = match url.host() {
-        Some(url::Host::Domain(d)) => policy_host(d),
-        Some(url::Host::Ipv4(ip)) => ip.to_string(),
-        Some(url::Host::Ipv6(ip)) => ip.to_string(),
-        None => String::new(),
-    };
+    // The host as the URL serialises it (what the request will carry): lowercased, IPv4 in
+    // dotted form, IPv6 compressed in hex (an IPv4-mapped address too), without brackets.
+    let host = url.host_str().map(policy_host).unwrap_or_default();
     let want = matches!(url.scheme(), "http" | "https")
         && !host.is_empty()
         && policy.domain_allowed(&host);

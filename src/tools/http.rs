@@ -17,7 +17,7 @@ use ureq::http::{self, HeaderName, HeaderValue, Method};
 use ureq::tls::{RootCerts, TlsConfig};
 use ureq::unversioned::transport::DefaultConnector;
 use ureq::{Agent, AsSendBody};
-use url::{Host, Url};
+use url::Url;
 
 use crate::skill::policy::Policy;
 use crate::tools::http_guard::{GuardReport, GuardedResolver, policy_host};
@@ -158,12 +158,10 @@ fn post_call(args: &Value) -> Result<Call, ToolError> {
 
 /// Scheme and host of one hop against the policy. `hop` 0 is the URL the skill gave.
 fn check_hop(policy: &Policy, url: &Url, hop: usize) -> Result<(), ToolError> {
-    let host = match url.host() {
-        Some(Host::Domain(d)) => policy_host(d),
-        Some(Host::Ipv4(ip)) => ip.to_string(),
-        Some(Host::Ipv6(ip)) => ip.to_string(),
-        None => String::new(),
-    };
+    // The host exactly as the request will carry it: the request is built from the URL's
+    // serialisation, and the resolver checks that host again. (Rust's own formatting of an
+    // IPv4-mapped IPv6 address, `::ffff:127.0.0.1`, differs from the URL's, `::ffff:7f00:1`.)
+    let host = url.host_str().map(policy_host).unwrap_or_default();
     let via = if hop == 0 {
         String::new()
     } else {

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use ureq::unversioned::resolver::Resolver as _;
 
-use crate::tools::ToolError;
 use crate::tools::http::{HttpFetch, HttpPost};
 use crate::tools::http_guard::{GuardReport, GuardedResolver};
 use crate::tools::testutil::{Allow, Fixture};
+use crate::tools::{Tool as _, ToolError};
 
 #[derive(Debug, Clone)]
 struct Recorded {
@@ -233,10 +233,7 @@ fn disallowed_hosts_and_url_tricks_are_refused_before_anything_is_sent() {
         (format!("http://0x7f000001:{p}/"), "127.0.0.1"),
         (format!("http://0x7f.1:{p}/"), "127.0.0.1"),
         (format!("http://0177.0.0.1:{p}/"), "127.0.0.1"),
-        (
-            format!("http://[::ffff:127.0.0.1]:{p}/"),
-            "::ffff:127.0.0.1",
-        ),
+        (format!("http://[::ffff:127.0.0.1]:{p}/"), "::ffff:7f00:1"),
         (
             "http://169.254.169.254/latest/meta-data/".to_owned(),
             "169.254.169.254",
@@ -486,4 +483,46 @@ fn https_to_a_plain_server_fails_cleanly() {
         Err(ToolError::Failed { kind: "http", .. }) => {}
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn an_ip_literal_is_checked_in_the_form_the_request_carries() {
+    // The URL serialises an IPv4-mapped IPv6 address in hex; the call's check and the
+    // resolver's second check must both see that form, so one glob means one thing.
+    let url = "http://[::FFFF:127.0.0.1]:9/x";
+    let sent: ureq::http::Uri = url::Url::parse(url).unwrap().as_str().parse().unwrap();
+    assert_eq!(sent.host(), Some("[::ffff:7f00:1]"));
+    let config = ureq::config::Config::default();
+    let timeout = ureq::unversioned::transport::NextTimeout::default;
+    fn no_lookup(
+        _: &ureq::http::Uri,
+        _: &ureq::config::Config,
+        _: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        panic!("an IP literal is never looked up")
+    }
+
+    let fx = Fixture::new(Allow {
+        domains: &["::ffff:7f00:1"],
+        ..Default::default()
+    });
+    HttpFetch.check(&fx.ctx(), &json!({"url": url})).unwrap();
+    let report = GuardReport::default();
+    let resolver = GuardedResolver::with_lookup(fx.inv.policy.clone(), vec![], &report, no_lookup);
+    assert!(resolver.resolve(&sent, &config, timeout()).is_ok());
+
+    // The dotted form names no host a request is sent to: refused by both checks alike.
+    let fx = Fixture::new(Allow {
+        domains: &["::ffff:127.0.0.1"],
+        ..Default::default()
+    });
+    let (host, _) = domain_violation(
+        HttpFetch
+            .check(&fx.ctx(), &json!({"url": url}))
+            .map(|()| Value::Null),
+    );
+    assert_eq!(host, "::ffff:7f00:1");
+    let report = GuardReport::default();
+    let resolver = GuardedResolver::with_lookup(fx.inv.policy.clone(), vec![], &report, no_lookup);
+    assert!(resolver.resolve(&sent, &config, timeout()).is_err());
 }
