@@ -8,7 +8,7 @@
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use cyberos::skill::manifest::{Manifest, SyncClass, TenantScope};
@@ -104,19 +104,12 @@ fn enforcement(c: &mut Criterion) {
 
     // The whole pre-dispatch check of one MemoryRead call through the `Tool` trait: argument
     // parsing, canonicalisation and the scope check, as the broker runs it before the started row.
-    let invocation = Invocation {
-        invocation_id: "00000000-0000-4000-8000-000000000001".into(),
-        skill_id: "enforcement-bench".into(),
-        tenant_id: "00000000-0000-0000-0000-000000000000".into(),
-        sync_class: "private",
-        memory_root: PathBuf::from("/nonexistent/memory"),
-        scratch_dir: PathBuf::from("/nonexistent/scratch"),
-        resolve: Vec::new(),
-        policy: Arc::new(policy.clone()),
-        journal: None,
-        deadline: Instant::now() + Duration::from_secs(3600),
-        sandbox_mode: cyberos::sandbox::Mode::BestEffort,
-    };
+    let invocation = Invocation::standalone(
+        "enforcement-bench",
+        Arc::new(policy.clone()),
+        PathBuf::from("/nonexistent/memory"),
+        PathBuf::from("/nonexistent/scratch"),
+    );
     let ctx = CallContext {
         invocation: &invocation,
         call_id: "call-1",

@@ -194,19 +194,13 @@ pub fn invocation(
         allowed_domains: Vec::new(),
     };
     let policy = cyberos::skill::policy::Policy::from_manifest(&manifest).expect("policy");
-    cyberos::tools::Invocation {
-        invocation_id: "00000000-0000-4000-8000-00000000beef".into(),
-        skill_id: "bench".into(),
-        tenant_id: "00000000-0000-0000-0000-000000000000".into(),
-        sync_class: "private",
-        scratch_dir: memory_root.with_file_name("scratch"),
+    let scratch_dir = memory_root.with_file_name("scratch");
+    cyberos::tools::Invocation::standalone(
+        "bench",
+        std::sync::Arc::new(policy),
         memory_root,
-        resolve: Vec::new(),
-        policy: std::sync::Arc::new(policy),
-        journal: None,
-        deadline: std::time::Instant::now() + std::time::Duration::from_secs(24 * 3600),
-        sandbox_mode: cyberos::sandbox::Mode::BestEffort,
-    }
+        scratch_dir,
+    )
 }
 
 /// Calls `tool` in-process with `args`; returns the result and the wall time in milliseconds.

@@ -14,7 +14,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
 use cyberos::broker::dispatch::{self, MAX_RESPONSE, Shared};
@@ -769,19 +768,15 @@ fn run_with(input: &Input, files: &Files, audit: &mut Audit) -> bool {
         .expect("a valid frontmatter compiles");
     audit.runs += 1;
     let invocation_id = format!("00000000-0000-4000-8000-{:012}", audit.runs);
-    let inv = Invocation {
-        invocation_id: invocation_id.clone(),
-        skill_id: manifest.id.clone(),
-        tenant_id: "00000000-0000-0000-0000-000000000000".into(),
-        sync_class: manifest.sync_class.as_str(),
-        memory_root: files.home.join("memory"),
-        scratch_dir: files.home.join("scratch"),
-        resolve: Vec::new(),
-        policy: Arc::new(policy),
-        journal: Some(Arc::clone(&audit.journal)),
-        deadline: Instant::now() + Duration::from_secs(60),
-        sandbox_mode: cyberos::sandbox::Mode::BestEffort,
-    };
+    let mut inv = Invocation::standalone(
+        manifest.id.clone(),
+        Arc::new(policy),
+        files.home.join("memory"),
+        files.home.join("scratch"),
+    );
+    inv.invocation_id = invocation_id.clone();
+    inv.sync_class = manifest.sync_class.as_str();
+    inv.journal = Some(Arc::clone(&audit.journal));
     let trace = TraceContext::new_root();
     let now = cyberos::util::now_ms();
     let shared = Shared::new(

@@ -9,7 +9,6 @@
 //! again) must be the host that was checked.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
 use cyberos::skill::policy::Policy;
@@ -213,19 +212,12 @@ fn policy_host(host: &str) -> String {
 }
 
 fn check_http_tool(policy: &Arc<Policy>, text: &str) {
-    let inv = Invocation {
-        invocation_id: "00000000-0000-4000-8000-000000000000".into(),
-        skill_id: "fuzz-skill".into(),
-        tenant_id: "00000000-0000-0000-0000-000000000000".into(),
-        sync_class: "private",
-        memory_root: "/nonexistent/memory".into(),
-        scratch_dir: "/nonexistent/scratch".into(),
-        resolve: Vec::new(),
-        policy: Arc::clone(policy),
-        journal: None,
-        deadline: Instant::now() + Duration::from_secs(60),
-        sandbox_mode: cyberos::sandbox::Mode::BestEffort,
-    };
+    let inv = Invocation::standalone(
+        "fuzz-skill",
+        Arc::clone(policy),
+        "/nonexistent/memory".into(),
+        "/nonexistent/scratch".into(),
+    );
     let ctx = CallContext {
         invocation: &inv,
         call_id: "call-1",

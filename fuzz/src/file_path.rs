@@ -11,7 +11,6 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
 use cyberos::skill::policy::Policy;
@@ -255,19 +254,12 @@ fn check_in(tail: &str, glob_tails: &[String], action: &Action, tree: &Tree) -> 
     manifest.allowed_tools = vec![ToolName::Read, ToolName::Write];
     manifest.allowed_files = globs;
     let policy = Policy::from_manifest(&manifest).expect("globs compile");
-    let inv = Invocation {
-        invocation_id: "00000000-0000-4000-8000-000000000000".into(),
-        skill_id: manifest.id.clone(),
-        tenant_id: "00000000-0000-0000-0000-000000000000".into(),
-        sync_class: "private",
-        memory_root: tree.base.join("memory"),
-        scratch_dir: tree.base.join("scratch"),
-        resolve: Vec::new(),
-        policy: Arc::new(policy),
-        journal: None,
-        deadline: Instant::now() + Duration::from_secs(60),
-        sandbox_mode: cyberos::sandbox::Mode::BestEffort,
-    };
+    let inv = Invocation::standalone(
+        manifest.id.clone(),
+        Arc::new(policy),
+        tree.base.join("memory"),
+        tree.base.join("scratch"),
+    );
     let ctx = CallContext {
         invocation: &inv,
         call_id: "call-1",

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -115,6 +115,32 @@ pub struct Invocation {
     pub deadline: Instant,
     /// `--sandbox`: the Bash tool's sandbox is held to the same standard as the skill's.
     pub sandbox_mode: crate::sandbox::Mode,
+}
+
+impl Invocation {
+    /// An invocation outside a broker (tests, benchmarks, fuzz targets): a fixed id, the nil
+    /// tenant, private sync class, no `--resolve` pins, no journal, best-effort sandboxing and an
+    /// hour to run. The fields are public: set whatever differs.
+    pub fn standalone(
+        skill_id: impl Into<String>,
+        policy: Arc<Policy>,
+        memory_root: PathBuf,
+        scratch_dir: PathBuf,
+    ) -> Self {
+        Self {
+            invocation_id: "00000000-0000-4000-8000-000000000001".into(),
+            skill_id: skill_id.into(),
+            tenant_id: "00000000-0000-0000-0000-000000000000".into(),
+            sync_class: "private",
+            memory_root,
+            scratch_dir,
+            resolve: Vec::new(),
+            policy,
+            journal: None,
+            deadline: Instant::now() + Duration::from_secs(3600),
+            sandbox_mode: crate::sandbox::Mode::BestEffort,
+        }
+    }
 }
 
 /// One `tool.call` as a tool sees it.

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -55,19 +54,9 @@ impl Fixture {
         std::fs::create_dir_all(&memory_root).expect("memory root");
         std::fs::create_dir_all(&scratch_dir).expect("scratch");
         let journal = Journal::open(home.path()).expect("journal");
-        let inv = Invocation {
-            invocation_id: "00000000-0000-4000-8000-000000000001".into(),
-            skill_id: "test-skill".into(),
-            tenant_id: "00000000-0000-0000-0000-000000000000".into(),
-            sync_class: "private",
-            memory_root,
-            scratch_dir,
-            resolve: Vec::new(),
-            policy: Arc::new(Policy::from_manifest(&manifest).expect("policy")),
-            journal: Some(Arc::new(journal)),
-            deadline: Instant::now() + Duration::from_secs(60),
-            sandbox_mode: crate::sandbox::Mode::BestEffort,
-        };
+        let policy = Arc::new(Policy::from_manifest(&manifest).expect("policy"));
+        let mut inv = Invocation::standalone("test-skill", policy, memory_root, scratch_dir);
+        inv.journal = Some(Arc::new(journal));
         Self {
             home,
             inv,
