@@ -160,3 +160,47 @@ out("bad", bad)
         out.report()
     );
 }
+
+/// Found by the domain oracle: an IPv6 literal was checked in Rust's formatting while the
+/// request carried the URL's (`::ffff:127.0.0.1` against `::ffff:7f00:1` for an IPv4-mapped
+/// address), so one glob meant two names. Through a real invocation: the dotted form is refused
+/// naming the host as the request would carry it, and the hex form gets past both checks (the
+/// call then fails to connect to the closed port, as a tool error, not a domain violation).
+#[test]
+fn an_ipv6_literal_is_checked_as_the_request_carries_it() {
+    use crate::invoke::{PY_PRELUDE, reported, rows};
+    let world = crate::util::World::new();
+    let script = format!(
+        "{PY_PRELUDE}\ns = connect()\n\
+         out('r', call(s, 'HttpFetch', {{'url': 'http://[::ffff:127.0.0.1]:9/', 'timeout_ms': 2000}}))\n"
+    );
+    for (glob, allowed) in [("::ffff:127.0.0.1", false), ("::ffff:7f00:1", true)] {
+        let name = if allowed { "hex-form" } else { "dotted-form" };
+        let bundle = world.bundle(
+            name,
+            &crate::util::skill_md(
+                name,
+                &["HttpFetch"],
+                &format!("x-allowed-domains: [\"{glob}\"]\n"),
+            ),
+            &script,
+        );
+        let out = world
+            .cmd(["skill", "invoke", "--json"])
+            .arg(&bundle)
+            .success();
+        let e = &reported(&out.stdout())["r"]["error"];
+        let summary = out.json();
+        let rows = rows(&world, summary["invocation_id"].as_str().unwrap());
+        let started = rows.iter().any(|r| r["kind"] == "skill.tool_call_started");
+        if allowed {
+            assert_ne!(e["message"], "domain_violation", "{}", out.report());
+            assert!(started, "{}", out.report());
+        } else {
+            assert_eq!(e["message"], "domain_violation", "{}", out.report());
+            assert!(e.to_string().contains("::ffff:7f00:1"), "{}", out.report());
+            assert_eq!(summary["denied"], 1);
+            assert!(!started);
+        }
+    }
+}
